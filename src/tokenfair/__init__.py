@@ -1,0 +1,8 @@
+"""tokenfair: contract-driven fair scheduling for multi-tenant LLM serving.
+
+Layers (see docs/ARCHITECTURE.md): contract -> admission -> weighted fair queue ->
+in-queue order -> iteration batching/preemption, driven by one loop over a simulated
+or a real engine.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,110 @@
+"""The ``tokenfair`` command line.  Bad input exits with status 2 and a message naming the
+place and the fix; nothing prints a traceback for a user error."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .contract import Contract, ContractError, contract_schema, load_contract
+from .costmodel import ProfileError, load_profile
+from .scenarios import SCENARIOS, build_scenario
+from .workload import Workload, WorkloadError, read_trace
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Contract-driven fair scheduling for multi-tenant LLM serving.")
+contract_app = typer.Typer(no_args_is_help=True, help="Validate a contract or print its JSON Schema.")
+app.add_typer(contract_app, name="contract")
+
+USER_ERRORS = (ContractError, WorkloadError, ProfileError, KeyError, ValueError, FileNotFoundError)
+
+
+def fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def resolve_workload(spec: str, seed: int, *, skip_bad_rows: bool = False) -> tuple[Workload, Contract | None]:
+    """A built-in scenario (with its contract), a public trace name, or a trace file."""
+    if spec in SCENARIOS:
+        return build_scenario(spec, seed)
+    try:
+        from .traces import load_workload
+    except ModuleNotFoundError:
+        return read_trace(spec), None
+    return load_workload(spec, seed=seed, skip_bad_rows=skip_bad_rows), None
+
+
+def resolve_contract(path: Optional[Path], default: Contract | None) -> Contract:
+    if path is not None:
+        return load_contract(path)
+    return default or Contract()
+
+
+def _message(err: Exception) -> str:
+    return err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+
+
+@app.command()
+def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '.join(SCENARIOS)}) or trace path"),
+             policy: str = typer.Option("fair", help="scheduling policy"),
+             contract: Optional[Path] = typer.Option(None, help="contract YAML (default: the scenario's)"),
+             profile: Optional[str] = typer.Option(None, help="built-in profile name or YAML file"),
+             seed: int = typer.Option(0, help="seed for built-in scenarios and generators"),
+             out: Path = typer.Option(..., help="output folder"),
+             isolated: bool = typer.Option(True, help="also run isolated baselines for slowdown"),
+             skip_bad_rows: bool = typer.Option(False, help="count and skip unusable trace rows")) -> None:
+    """Simulate one policy on a workload; write requests.jsonl, summary.json, timeline.json."""
+    from .loop import stderr_progress
+    from .output import summary_table, write_run
+    from .sim.simulate import simulate as run_sim
+    try:
+        wl, default_contract = resolve_workload(workload, seed, skip_bad_rows=skip_bad_rows)
+        c = resolve_contract(contract, default_contract)
+        prof = load_profile(profile)
+        from .sched.registry import make_policy
+        make_policy(policy)
+    except USER_ERRORS as err:
+        fail(_message(err))
+    res = run_sim(wl, policy, c, prof, isolated=isolated, progress=stderr_progress(f"{policy}"))
+    write_run(out, res.records, res.summary, res.timeline)
+    typer.echo(summary_table(res.summary))
+    typer.echo(f"wrote {out}/requests.jsonl, summary.json, timeline.json")
+
+
+@contract_app.command("validate")
+def contract_validate(path: Path) -> None:
+    """Check a contract file; print its version and hash, or the errors (exit 2)."""
+    try:
+        c = load_contract(path)
+    except ContractError as err:
+        fail(str(err))
+    typer.echo(f"ok: {path} version={c.version} hash={c.content_hash} tenants={len(c.tenants)} classes={len(c.classes)}")
+
+
+@contract_app.command("schema")
+def contract_schema_cmd() -> None:
+    """Print the contract's JSON Schema."""
+    typer.echo(json.dumps(contract_schema(), indent=2))
+
+
+@app.command()
+def scenarios() -> None:
+    """List the built-in stress scenarios."""
+    from . import scenarios as sc
+    typer.echo(sc.__doc__.split("\n\n", 2)[2].strip() if sc.__doc__ else ", ".join(SCENARIOS))
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

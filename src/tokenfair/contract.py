@@ -1,0 +1,205 @@
+"""The service contract: tenants, service classes, costs, engine budgets, preemption.
+
+A contract is a YAML file validated by pydantic v2 (``extra="forbid"``).  Every model is
+frozen: a loaded contract never changes while a run uses it.  Errors are reported as
+``path: message`` lines (``tenants.acme.weight: must be > 0``), raised as
+:class:`ContractError`; the CLI turns them into exit status 2.
+
+Invariants enforced here:
+  * every weight > 0, every min_share in [0, 1), and the reserved min shares of all named
+    tenants sum to at most 1 (the default template is not counted: it reserves nothing
+    unless named tenants leave room);
+  * every class a tenant allows exists; the tenant's default class is among its allowed ones;
+  * engine budgets are positive and chunk_size <= prefill_token_budget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ContractError(ValueError):
+    """A contract that cannot be used; the message names each bad path and the fix."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RateLimit(_Frozen):
+    """Token bucket over cost-weighted tokens: refills ``tokens_per_s``, holds ``burst_tokens``."""
+
+    tokens_per_s: float = Field(gt=0)
+    burst_tokens: float = Field(gt=0)
+
+
+class TenantSpec(_Frozen):
+    weight: float = Field(default=1.0, gt=0)
+    min_share: float = Field(default=0.0, ge=0, lt=1)
+    max_concurrency: int | None = Field(default=None, gt=0)
+    rate_limit: RateLimit | None = None
+    kv_quota_tokens: int | None = Field(default=None, gt=0)
+    kv_quota_blocks: int | None = Field(default=None, gt=0)
+    max_queued: int = Field(default=10_000, gt=0)
+    classes: tuple[str, ...] | None = None  # None: every class
+    default_class: str | None = None
+    api_key_sha256: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _one_kv_quota(self) -> "TenantSpec":
+        if self.kv_quota_tokens is not None and self.kv_quota_blocks is not None:
+            raise ValueError("give kv_quota_tokens or kv_quota_blocks, not both")
+        return self
+
+
+class ClassSpec(_Frozen):
+    priority: float = 0.0
+    aging_rate: float = Field(default=0.0, ge=0)
+    max_wait_s: float | None = Field(default=None, gt=0)
+    ttft_slo_s: float | None = Field(default=None, gt=0)
+    tpot_slo_s: float | None = Field(default=None, gt=0)
+    deadline_s: float | None = Field(default=None, gt=0)
+    preemptible: bool = True
+    min_share: float = Field(default=0.0, ge=0, lt=1)
+
+
+class CostWeights(_Frozen):
+    prefill_token: float = Field(default=1.0, ge=0)
+    decode_token: float = Field(default=2.0, ge=0)
+    kv_block_s: float = Field(default=0.0, ge=0)
+
+
+class EngineBudgets(_Frozen):
+    prefill_token_budget: int = Field(default=2048, gt=0)
+    decode_token_budget: int = Field(default=256, gt=0)
+    chunk_size: int = Field(default=512, gt=0)
+    max_running: int = Field(default=256, gt=0)
+    max_consecutive_prefill_steps: int = Field(default=8, gt=0)
+
+    @model_validator(mode="after")
+    def _chunk_fits(self) -> "EngineBudgets":
+        if self.chunk_size > self.prefill_token_budget:
+            raise ValueError("chunk_size must be <= prefill_token_budget")
+        return self
+
+
+class PreemptionSpec(_Frozen):
+    mode: Literal["recompute", "swap", "auto"] = "auto"
+    max_per_request: int = Field(default=2, ge=0)
+    min_benefit_ratio: float = Field(default=2.0, gt=0)
+    cooldown_s: float = Field(default=1.0, ge=0)
+
+
+class BorrowingSpec(_Frozen):
+    enabled: bool = True
+    reclaim: Literal["stop_admitting", "preempt"] = "stop_admitting"
+
+
+DEFAULT_CLASSES = {
+    "realtime": ClassSpec(priority=30, aging_rate=1.0, max_wait_s=10, ttft_slo_s=0.5, tpot_slo_s=0.05),
+    "interactive": ClassSpec(priority=20, aging_rate=1.0, max_wait_s=30, ttft_slo_s=2.0, tpot_slo_s=0.1),
+    "batch": ClassSpec(priority=0, aging_rate=0.5, max_wait_s=600, preemptible=True),
+}
+
+
+class Contract(_Frozen):
+    version: str = "unversioned"
+    tenants: dict[str, TenantSpec] = Field(default_factory=dict)
+    default_tenant: TenantSpec = TenantSpec()
+    classes: dict[str, ClassSpec] = Field(default_factory=lambda: dict(DEFAULT_CLASSES))
+    default_class: str = "interactive"
+    costs: CostWeights = CostWeights()
+    engine: EngineBudgets = EngineBudgets()
+    preemption: PreemptionSpec = PreemptionSpec()
+    borrowing: BorrowingSpec = BorrowingSpec()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Contract":
+        if self.default_class not in self.classes:
+            raise ValueError(f"default_class {self.default_class!r} is not among classes {sorted(self.classes)}")
+        class_total = sum(c.min_share for c in self.classes.values())
+        if class_total > 1 + 1e-9:
+            raise ValueError(f"classes' min_share values sum to {class_total:.3f} > 1; lower them so they sum to at most 1")
+        total = sum(t.min_share for t in self.tenants.values())
+        if total > 1 + 1e-9:
+            raise ValueError(f"tenants' min_share values sum to {total:.3f} > 1; lower them so they sum to at most 1")
+        for name, spec in [*self.tenants.items(), ("default_tenant", self.default_tenant)]:
+            for c in spec.classes or ():
+                if c not in self.classes:
+                    raise ValueError(f"tenant {name!r} allows unknown class {c!r}; define it under classes")
+            if spec.default_class is not None:
+                if spec.default_class not in self.classes:
+                    raise ValueError(f"tenant {name!r} default_class {spec.default_class!r} is not a class")
+                if spec.classes is not None and spec.default_class not in spec.classes:
+                    raise ValueError(f"tenant {name!r} default_class {spec.default_class!r} is not in its classes")
+        return self
+
+    # -- lookups ---------------------------------------------------------------------
+    def tenant(self, name: str) -> TenantSpec:
+        """The spec for ``name``: its own entry or the default template."""
+        return self.tenants.get(name, self.default_tenant)
+
+    def class_for(self, tenant: str, requested: str | None) -> str | None:
+        """The class a request runs in, or None when the tenant may not use ``requested``."""
+        spec = self.tenant(tenant)
+        if requested is None or requested == "":
+            return spec.default_class or (self.default_class if spec.classes is None or self.default_class in spec.classes else spec.classes[0])
+        if requested not in self.classes:
+            return None
+        if spec.classes is not None and requested not in spec.classes:
+            return None
+        return requested
+
+    @property
+    def content_hash(self) -> str:
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def identity(self) -> dict[str, str]:
+        return {"contract_version": self.version, "contract_hash": self.content_hash}
+
+
+def _format_errors(err: ValidationError, source: str) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        msg = msg.replace("Input should be greater than", "must be >").replace(
+            "Input should be less than", "must be <"
+        ).replace("Extra inputs are not permitted", "unknown field; remove it or fix its spelling")
+        lines.append(f"{source}: {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_contract(data: object, source: str = "<contract>") -> Contract:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ContractError(f"{source}: the contract must be a YAML mapping at the top level")
+    try:
+        return Contract.model_validate(data)
+    except ValidationError as err:
+        raise ContractError(_format_errors(err, source)) from None
+
+
+def load_contract(path: str | Path) -> Contract:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as err:
+        raise ContractError(f"{p}: cannot read the contract ({err.strerror}); check the path") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ContractError(f"{p}: not valid YAML: {err}") from None
+    return parse_contract(data, str(p))
+
+
+def contract_schema() -> dict:
+    return Contract.model_json_schema()

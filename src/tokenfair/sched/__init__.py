@@ -1,0 +1,1 @@
+"""Per-iteration schedulers: shared mechanics plus swappable policies."""

@@ -1,0 +1,121 @@
+"""The policy interface: everything a scheduling policy decides, and nothing mechanical.
+
+The mechanics (:mod:`tokenfair.sched.scheduler`) own the running list, the KV pool and the
+token budgets; they ask the policy *which* waiting request is next, *whether* it may be
+admitted, *whom* to evict and *how*, and tell it what was served so it can charge tenants.
+"""
+
+from __future__ import annotations
+
+from ..contract import Contract
+from ..costmodel import Profile
+from ..kv import BlockPool
+from ..request import Request
+from .predictor import Predictor
+
+
+class Budget:
+    """Per-step token budgets.  ``shared`` makes prefill and decode draw from one pool
+    (vLLM's ``max_num_batched_tokens``); otherwise each has its own."""
+
+    __slots__ = ("prefill_left", "decode_left", "shared")
+
+    def __init__(self, prefill: int, decode: int, shared: bool) -> None:
+        self.shared = shared
+        self.prefill_left = prefill + decode if shared else prefill
+        self.decode_left = 0 if shared else decode
+
+    def can_decode(self) -> bool:
+        return (self.prefill_left if self.shared else self.decode_left) > 0
+
+    def take_decode(self) -> None:
+        if self.shared:
+            self.prefill_left -= 1
+        else:
+            self.decode_left -= 1
+
+    def take_prefill(self, n: int) -> None:
+        self.prefill_left -= n
+
+
+class Policy:
+    name = "base"
+    shared_budget = False       # one token budget for prefill and decode (vLLM style)
+    hol_blocking = True         # stop admitting at the first candidate that does not fit
+    admit_after_preemption = False  # vLLM admits nothing new in a step that preempted
+
+    def bind(self, contract: Contract, profile: Profile, pool: BlockPool, predictor: Predictor) -> None:
+        self.contract = contract
+        self.profile = profile
+        self.pool = pool
+        self.predictor = predictor
+
+    # -- waiting queue ---------------------------------------------------------------
+    def on_arrival(self, req: Request, now: float) -> str | None:
+        """Reject reason for a new request, or None to accept it (then it is enqueued)."""
+        return None
+
+    def enqueue(self, req: Request, now: float) -> None:
+        raise NotImplementedError
+
+    def pick(self, now: float, blocked: set[str]) -> Request | None:
+        """The next waiting request to try (not removed), skipping tenants in ``blocked``."""
+        raise NotImplementedError
+
+    def take(self, req: Request) -> None:
+        """Remove ``req`` (returned by :meth:`pick`) from the waiting queue."""
+        raise NotImplementedError
+
+    def discard(self, req: Request) -> None:
+        """Remove a waiting request that ended without running (expired, aborted)."""
+        raise NotImplementedError
+
+    def num_waiting(self) -> int:
+        raise NotImplementedError
+
+    # -- admission -----------------------------------------------------------------------
+    def can_admit(self, req: Request, now: float, num_running: int) -> bool:
+        return True
+
+    def first_chunk(self, req: Request, budget_left: int) -> int:
+        return min(req.num_uncomputed, budget_left, self.max_chunk())
+
+    def max_chunk(self) -> int:
+        return self.contract.engine.chunk_size
+
+    def kv_blocks_to_admit(self, req: Request, first_chunk: int) -> int:
+        """Free blocks that must exist before ``req`` is admitted."""
+        return self.pool.extra_blocks(req, first_chunk)
+
+    # -- accounting ----------------------------------------------------------------------
+    def on_admit(self, req: Request, now: float) -> None:
+        pass
+
+    def on_served(self, req: Request, prefill_tokens: int, decoded: int, now: float) -> None:
+        pass
+
+    def on_step_end(self, now: float, duration_s: float) -> None:
+        pass
+
+    def on_finish(self, req: Request, now: float) -> None:
+        pass
+
+    # -- preemption -------------------------------------------------------------------------
+    def victim_for_kv(self, candidates: list[Request], needing: Request, now: float) -> Request | None:
+        """A running request to evict so ``needing`` can grow; default: the newest (vLLM FCFS)."""
+        return candidates[-1] if candidates else None
+
+    def preempt_mode(self, req: Request) -> str:
+        return "recompute"
+
+    def urgent_victim(self, cand: Request, running: list[Request], now: float) -> Request | None:
+        """A running request to evict so a waiting, more urgent ``cand`` can start; None: wait."""
+        return None
+
+    def next_wakeup(self, now: float) -> float:
+        """Earliest time a blocked candidate may become admissible (rate limits); inf: never."""
+        return float("inf")
+
+    def expire(self, now: float) -> list[tuple[Request, str]]:
+        """Waiting requests that can no longer meet their deadline (removed from the queue)."""
+        return []

@@ -1,0 +1,279 @@
+"""Iteration-level mechanics shared by every policy (decide, then apply).
+
+One call to :meth:`IterationScheduler.schedule` builds one engine step:
+
+1. the policy expires waiting requests that can no longer meet their deadline;
+2. running requests first, oldest first: a decode token each (decode budget), or the next
+   prefill chunk (prefill budget, ``chunk_size``, at most ``max_consecutive_prefill_steps``
+   in a row while others wait); a request whose KV cannot grow evicts a victim the policy
+   picks among the not-yet-scheduled running requests (or itself);
+3. waiting requests in the policy's order while slots, prefill budget and KV allow
+   (swapped ones are swapped back in); a candidate that does not fit blocks the queue
+   (``hol_blocking``) or only its tenant for this step;
+4. if the policy names an urgent waiting request that could not start, it may evict one
+   running request for it (cost-checked by the policy).
+
+:meth:`update_from_output` applies the engine's result.  Invariants (checked by
+``check_invariants`` in tests): every non-terminal request is in exactly one of running /
+waiting; KV blocks are conserved (``kv.BlockPool``); each request ends in exactly one
+terminal status with a reason.
+"""
+
+from __future__ import annotations
+
+from ..contract import Contract
+from ..costmodel import Profile
+from ..kv import BlockPool
+from ..request import Request, Status
+from .interface import SchedulerOutput, StepResult
+from .policy import Budget, Policy
+from .predictor import OnlinePredictor, Predictor
+
+
+class IterationScheduler:
+    def __init__(self, policy: Policy, contract: Contract, profile: Profile,
+                 predictor: Predictor | None = None) -> None:
+        self.policy = policy
+        self.contract = contract
+        self.profile = profile
+        self.pool = BlockPool(profile.num_blocks, profile.block_size,
+                              profile.swap_capacity_tokens // profile.block_size)
+        self.predictor = predictor or OnlinePredictor()
+        policy.bind(contract, profile, self.pool, self.predictor)
+        self.running: list[Request] = []
+        self.ended: list[Request] = []          # terminal requests not yet collected by the loop
+        self.num_preemptions = 0
+        self.num_recomputed_tokens = 0
+        self.num_swapped_blocks = 0
+
+    # -- intake -------------------------------------------------------------------------
+    def add_request(self, req: Request, now: float) -> None:
+        req.predicted_output = self.predictor.predict(req)
+        reason = self.policy.on_arrival(req, now)
+        if reason is not None:
+            self._end(req, Status.REJECTED, reason, now)
+            return
+        req.status = Status.WAITING
+        self.policy.enqueue(req, now)
+
+    def has_work(self) -> bool:
+        return bool(self.running) or self.policy.num_waiting() > 0
+
+    def abort(self, req: Request, status: Status, reason: str, now: float) -> None:
+        """End a request from outside (client gone, shutdown): frees its slot and KV at once."""
+        if req.status.is_terminal:
+            return
+        if req.status is Status.RUNNING:
+            self.running.remove(req)
+            self.pool.release(req)
+        else:
+            if req.status is Status.SWAPPED:
+                self.pool.host_used -= self.pool.blocks_for(req.num_computed)
+            self.policy.discard(req)
+        self._end(req, status, reason, now)
+
+    # -- decide -------------------------------------------------------------------------
+    def schedule(self, now: float) -> SchedulerOutput:
+        out = SchedulerOutput()
+        eng = self.contract.engine
+        policy = self.policy
+        pool = self.pool
+        for req, reason in policy.expire(now):
+            if req.status is Status.SWAPPED:
+                pool.host_used -= pool.blocks_for(req.num_computed)
+            self._end(req, Status.EXPIRED, reason, now)
+            out.aborted.append(req)
+        budget = Budget(eng.prefill_token_budget, eng.decode_token_budget, policy.shared_budget)
+        max_chunk = policy.max_chunk()
+        self._schedule_running(out, budget, max_chunk, now, honor_cap=True)
+        if out.is_empty and self.running and not out.preempted:
+            # every running prefill hit the consecutive-service cap: serve them anyway
+            self._schedule_running(out, budget, max_chunk, now, honor_cap=False)
+        if not out.preempted or policy.admit_after_preemption:
+            self._admit(out, budget, max_chunk, now)
+        return out
+
+    def _schedule_running(self, out: SchedulerOutput, budget: Budget, max_chunk: int, now: float,
+                          honor_cap: bool) -> None:
+        eng = self.contract.engine
+        policy, pool, running = self.policy, self.pool, self.running
+        kept: list[Request] = []
+        num_prefilling = sum(1 for r in running if r.in_prefill) if honor_cap else 0
+        cap = eng.max_consecutive_prefill_steps
+        i = 0
+        while i < len(running):
+            req = running[i]
+            i += 1
+            if req.in_prefill:
+                n = min(req.num_uncomputed, max_chunk, budget.prefill_left)
+                if n <= 0 or (honor_cap and req.consecutive_prefill >= cap
+                              and (num_prefilling > 1 or policy.num_waiting() > 0)):
+                    req.consecutive_prefill = 0
+                    kept.append(req)
+                    continue
+            else:
+                if not budget.can_decode():
+                    kept.append(req)
+                    continue
+                n = 1
+            while not pool.can_grow(req, n):
+                victim = policy.victim_for_kv(running[i:], req, now)
+                if victim is None:
+                    victim = req
+                self._preempt(victim, out, now)
+                if victim is req:
+                    break
+                running.remove(victim)
+            if req.status is not Status.RUNNING:
+                continue
+            pool.grow(req, n)
+            kept.append(req)
+            if req.in_prefill:
+                budget.take_prefill(n)
+                req.consecutive_prefill += 1
+                out.prefill.append((req, n))
+            else:
+                budget.take_decode()
+                out.decode.append(req)
+        self.running = kept
+
+    def _admit(self, out: SchedulerOutput, budget: Budget, max_chunk: int, now: float) -> None:
+        policy, pool, running = self.policy, self.pool, self.running
+        max_running = self.contract.engine.max_running
+        blocked: set[str] = set()
+        while budget.prefill_left > 0:
+            cand = policy.pick(now, blocked)
+            if cand is None:
+                return
+            fits_slot = len(running) < max_running
+            swapped = cand.status is Status.SWAPPED
+            n = 0 if swapped else min(cand.num_uncomputed, budget.prefill_left, max_chunk)
+            if swapped:
+                fits_kv = pool.can_swap_in(cand)
+            else:
+                fits_kv = policy.kv_blocks_to_admit(cand, n) <= pool.num_free
+            if not (fits_slot and fits_kv and policy.can_admit(cand, now, len(running))):
+                victim = policy.urgent_victim(cand, running, now) if not out.preempted else None
+                if victim is not None:
+                    running.remove(victim)
+                    self._preempt(victim, out, now)
+                    continue
+                if policy.hol_blocking or not fits_slot:
+                    return
+                blocked.add(cand.tenant)
+                continue
+            policy.take(cand)
+            cand.status = Status.RUNNING
+            running.append(cand)
+            if cand.scheduled_s is None:
+                cand.scheduled_s = now
+            policy.on_admit(cand, now)
+            if swapped:
+                pool.swap_in(cand)
+                out.swapped_in.append(cand)
+                if cand.in_prefill or not budget.can_decode():
+                    continue
+                pool.grow(cand, 1)
+                budget.take_decode()
+                out.decode.append(cand)
+                continue
+            pool.grow(cand, n)
+            budget.take_prefill(n)
+            cand.consecutive_prefill = 1
+            out.prefill.append((cand, n))
+
+    def _preempt(self, req: Request, out: SchedulerOutput, now: float) -> None:
+        mode = self.policy.preempt_mode(req)
+        if mode == "swap" and not self.pool.can_swap_out(req):
+            mode = "recompute"
+        self.num_preemptions += 1
+        req.num_preemptions += 1
+        req.last_preempt_s = now
+        req.consecutive_prefill = 0
+        if mode == "swap":
+            self.num_swapped_blocks += self.pool.swap_out(req)
+            req.swapped_bytes += int(req.num_computed * self.profile.kv_bytes_per_token)
+            req.status = Status.SWAPPED
+        else:
+            self.pool.release(req)
+            req.recomputed_tokens += req.num_computed
+            self.num_recomputed_tokens += req.num_computed
+            req.num_computed = 0
+            req.status = Status.WAITING
+        out.preempted.append((req, mode))
+        self.policy.enqueue(req, now)
+
+    # -- apply --------------------------------------------------------------------------
+    def update_from_output(self, out: SchedulerOutput, result: StepResult, now: float) -> list[Request]:
+        policy = self.policy
+        for req, n in out.prefill:
+            if req.status is not Status.RUNNING:
+                continue
+            sampled = n == req.num_uncomputed
+            req.num_computed += n
+            if sampled:
+                req.num_output += 1
+                if req.first_token_s is None:
+                    req.first_token_s = now
+            policy.on_served(req, n, 1 if sampled else 0, now)
+        for req in out.decode:
+            if req.status is not Status.RUNNING:
+                continue
+            req.num_computed += 1
+            req.num_output += 1
+            if req.first_token_s is None:
+                req.first_token_s = now
+            policy.on_served(req, 0, 1, now)
+        done: list[Request] = []
+        for req, reason in result.failed:
+            if req.status is Status.RUNNING:
+                done.append(req)
+                self._end(req, Status.FAILED, reason, now)
+        for req in result.finished:
+            if req.status is Status.RUNNING:
+                done.append(req)
+                self._end(req, Status.FINISHED, "eos_or_length", now)
+        for req in out.decode:
+            if req.status is Status.RUNNING and req.num_output >= req.max_tokens:
+                done.append(req)
+                self._end(req, Status.FINISHED, "max_tokens", now)
+        if done:
+            gone = set(map(id, done))
+            self.running = [r for r in self.running if id(r) not in gone]
+            for req in done:
+                self.pool.release(req)
+        policy.on_step_end(now, result.duration_s)
+        ended, self.ended = self.ended, []
+        return ended
+
+    def _end(self, req: Request, status: Status, reason: str, now: float) -> None:
+        req.status = status
+        req.reason = reason
+        req.finish_s = now
+        if status is Status.FINISHED:
+            self.predictor.observe(req, req.num_output)
+            self.policy.on_finish(req, now)
+        elif req.num_output or req.num_computed:
+            self.policy.on_finish(req, now)
+        self.ended.append(req)
+
+    def policy_wakeup(self, now: float) -> float:
+        """When a blocked waiting request may become admissible without an arrival."""
+        return self.policy.next_wakeup(now)
+
+    def fail_waiting(self, reason: str, now: float) -> None:
+        while True:
+            req = self.policy.pick(now, set())
+            if req is None:
+                return
+            self.policy.take(req)
+            if req.status is Status.SWAPPED:
+                self.pool.host_used -= self.pool.blocks_for(req.num_computed)
+            self._end(req, Status.FAILED, reason, now)
+
+    def check_invariants(self) -> None:
+        held = sum(r.blocks for r in self.running)
+        assert held + self.pool.num_free == self.pool.num_blocks, (held, self.pool.num_free)
+        assert all(r.status is Status.RUNNING for r in self.running)
+        assert len({id(r) for r in self.running}) == len(self.running)
+        assert len(self.running) <= self.contract.engine.max_running

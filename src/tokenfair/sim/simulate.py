@@ -1,0 +1,67 @@
+"""``simulate``: one policy on one workload in the simulator, with isolated baselines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..contract import Contract
+from ..costmodel import Profile
+from ..loop import RunResult, VirtualClock, run
+from ..metrics import group_metrics, request_record, summarize
+from ..sched.registry import make_policy
+from ..sched.scheduler import IterationScheduler
+from ..workload import Workload
+from .engine import SimEngine
+from .isolated import isolated_e2e
+
+
+@dataclass
+class SimOutput:
+    records: list[dict]
+    summary: dict
+    timeline: dict
+    run: RunResult
+
+
+def simulate_once(workload: Workload, policy: str, contract: Contract, profile: Profile,
+                  progress=None) -> RunResult:
+    sched = IterationScheduler(make_policy(policy), contract, profile)
+    engine = SimEngine(profile)
+
+    class _Adapter:
+        def add(self, req, row):
+            engine.add(req, row.output_tokens)
+
+        def execute(self, out):
+            return engine.execute(out)
+
+        def forget(self, req):
+            engine.forget(req)
+
+    res = run(workload.rows, contract, sched, _Adapter(), VirtualClock(), progress)
+    res.extra["swap_s"] = engine.swap_s
+    return res
+
+
+def simulate(workload: Workload, policy: str, contract: Contract, profile: Profile, *,
+             isolated: bool = True, max_isolated_tenants: int = 32, progress=None) -> SimOutput:
+    res = simulate_once(workload, policy, contract, profile, progress)
+    records = [request_record(r) for r in res.requests]
+    timeline = res.recorder.to_json()
+    timeline["swap_s"] = res.extra.get("swap_s", 0.0)
+    iso_req = iso_ten = None
+    if isolated:
+        chunk = min(res.scheduler.policy.max_chunk(), contract.engine.prefill_token_budget
+                    + (contract.engine.decode_token_budget if res.scheduler.policy.shared_budget else 0))
+        iso_req = isolated_e2e(workload.rows, contract, profile, chunk)
+        tenants = sorted(workload.tenants, key=lambda t: sum(1 for r in workload.rows if r.tenant == t))
+        iso_ten = {}
+        if len(tenants) > 1:
+            for t in tenants[:max_isolated_tenants]:
+                alone = simulate_once(workload.only_tenant(t), policy, contract, profile)
+                iso_ten[t] = group_metrics([request_record(r) for r in alone.requests], None)
+    summary = summarize(records, timeline, contract, iso_req, iso_ten)
+    summary.update({"policy": policy, "profile": profile.name, "workload": workload.name,
+                    **contract.identity(), "sim_wall_s": res.wall_s,
+                    "predictor": res.scheduler.predictor.report()})
+    return SimOutput(records, summary, timeline, res)

@@ -1,0 +1,166 @@
+"""Workloads: trace rows, and the CSV/JSONL trace format.
+
+Columns: ``request_id, arrival_s, tenant, prompt_tokens, output_tokens`` and optional
+``class, deadline_s, priority, max_tokens``.  ``output_tokens`` is the true generated
+length, which only the engine may read.  ``deadline_s`` is relative to arrival (a latency
+budget, seconds); ``priority`` may only lower the class priority.  A bad row raises
+:class:`WorkloadError` naming file, line and field.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+REQUIRED = ("request_id", "arrival_s", "tenant", "prompt_tokens", "output_tokens")
+OPTIONAL = ("class", "deadline_s", "priority", "max_tokens")
+
+
+class WorkloadError(ValueError):
+    """A trace that cannot be read; the message names file, line and field."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRow:
+    request_id: str
+    arrival_s: float
+    tenant: str
+    prompt_tokens: int
+    output_tokens: int
+    klass: str | None = None
+    deadline_s: float | None = None
+    priority: float | None = None
+    max_tokens: int | None = None
+    prefix_hashes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    rows: tuple[TraceRow, ...]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def tenants(self) -> list[str]:
+        return sorted({r.tenant for r in self.rows})
+
+    def only_tenant(self, tenant: str) -> "Workload":
+        return Workload(f"{self.name}[{tenant}]", tuple(r for r in self.rows if r.tenant == tenant))
+
+
+def _num(raw: object, kind: type, where: str, field: str, *, minimum: float | None = None):
+    if isinstance(raw, bool):
+        raise WorkloadError(f"{where}: field {field!r}: expected a number, got {raw!r}")
+    try:
+        value = kind(raw)
+        if kind is int and isinstance(raw, float) and raw != int(raw):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise WorkloadError(f"{where}: field {field!r}: expected {'an integer' if kind is int else 'a number'}, got {raw!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise WorkloadError(f"{where}: field {field!r}: must be finite, got {raw!r}")
+    if minimum is not None and value < minimum:
+        raise WorkloadError(f"{where}: field {field!r}: must be >= {minimum}, got {raw!r}")
+    return value
+
+
+def _blank(v: object) -> bool:
+    return v is None or (isinstance(v, str) and v.strip() == "")
+
+
+def row_from_mapping(d: dict, where: str) -> TraceRow:
+    """Validate one trace record (already split into fields)."""
+    unknown = set(d) - set(REQUIRED) - set(OPTIONAL) - {"prefix_hashes", "hash_ids"}
+    if unknown:
+        raise WorkloadError(f"{where}: unknown field(s) {sorted(unknown)}; allowed: {list(REQUIRED + OPTIONAL)}")
+    for f in REQUIRED:
+        if _blank(d.get(f)):
+            raise WorkloadError(f"{where}: field {f!r} is missing; every row needs {list(REQUIRED)}")
+    tenant = str(d["tenant"]).strip()
+    rid = str(d["request_id"]).strip()
+    opt = {}
+    if not _blank(d.get("class")):
+        opt["klass"] = str(d["class"]).strip()
+    if not _blank(d.get("deadline_s")):
+        opt["deadline_s"] = _num(d["deadline_s"], float, where, "deadline_s", minimum=0)
+        if opt["deadline_s"] <= 0:
+            raise WorkloadError(f"{where}: field 'deadline_s': must be > 0 seconds after arrival")
+    if not _blank(d.get("priority")):
+        opt["priority"] = _num(d["priority"], float, where, "priority")
+    if not _blank(d.get("max_tokens")):
+        opt["max_tokens"] = _num(d["max_tokens"], int, where, "max_tokens", minimum=1)
+    hashes = d.get("prefix_hashes", d.get("hash_ids")) or ()
+    row = TraceRow(
+        request_id=rid,
+        arrival_s=_num(d["arrival_s"], float, where, "arrival_s", minimum=0),
+        tenant=tenant,
+        prompt_tokens=_num(d["prompt_tokens"], int, where, "prompt_tokens", minimum=1),
+        output_tokens=_num(d["output_tokens"], int, where, "output_tokens", minimum=1),
+        prefix_hashes=tuple(int(h) for h in hashes),
+        **opt,
+    )
+    if row.max_tokens is not None and row.output_tokens > row.max_tokens:
+        raise WorkloadError(f"{where}: field 'output_tokens': {row.output_tokens} exceeds max_tokens {row.max_tokens}")
+    return row
+
+
+def _check_ids(rows: list[TraceRow], source: str) -> None:
+    seen: set[str] = set()
+    for r in rows:
+        if r.request_id in seen:
+            raise WorkloadError(f"{source}: request_id {r.request_id!r} appears twice; ids must be unique")
+        seen.add(r.request_id)
+
+
+def read_trace(path: str | Path) -> Workload:
+    """Read a CSV (header required) or JSONL trace, sorted by arrival (stable)."""
+    p = Path(path)
+    if not p.exists():
+        raise WorkloadError(f"{p}: no such trace file (and not a built-in scenario name)")
+    rows: list[TraceRow] = []
+    if p.suffix.lower() in (".jsonl", ".ndjson"):
+        with p.open() as fh:
+            for i, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    d = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise WorkloadError(f"{p}:{i}: not valid JSON ({err.msg})") from None
+                if not isinstance(d, dict):
+                    raise WorkloadError(f"{p}:{i}: each line must be a JSON object")
+                rows.append(row_from_mapping(d, f"{p}:{i}"))
+    elif p.suffix.lower() == ".csv":
+        with p.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            header = reader.fieldnames or []
+            missing = [f for f in REQUIRED if f not in header]
+            if missing:
+                raise WorkloadError(f"{p}:1: header lacks column(s) {missing}; a CSV trace needs a header with {list(REQUIRED)}")
+            for i, d in enumerate(reader, start=2):
+                if None in d:
+                    raise WorkloadError(f"{p}:{i}: more fields than the header has")
+                rows.append(row_from_mapping(d, f"{p}:{i}"))
+    else:
+        raise WorkloadError(f"{p}: unknown trace format {p.suffix!r}; use .csv or .jsonl")
+    _check_ids(rows, str(p))
+    rows.sort(key=lambda r: r.arrival_s)
+    return Workload(p.stem, tuple(rows))
+
+
+def write_trace(rows: Iterable[TraceRow], path: str | Path) -> None:
+    with Path(path).open("w") as fh:
+        for r in rows:
+            d = {"request_id": r.request_id, "arrival_s": r.arrival_s, "tenant": r.tenant,
+                 "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens}
+            if r.klass is not None:
+                d["class"] = r.klass
+            for f in ("deadline_s", "priority", "max_tokens"):
+                if getattr(r, f) is not None:
+                    d[f] = getattr(r, f)
+            fh.write(json.dumps(d) + "\n")
