@@ -1,0 +1,204 @@
+"""``ModelRunner``: one forward pass per scheduler step over a mixed prefill/decode batch.
+
+Contract of ``step(batch)``:
+  * each ``SeqWork`` feeds ``token_ids`` at positions ``start_pos ..``; ``start_pos`` must
+    equal the number of tokens the KV cache already holds for that sequence (so a
+    sequence is fed exactly once per position, in order, and resumes after swap-in);
+  * every item's KV blocks are checked to fit BEFORE anything is allocated; if they do
+    not, ``CacheFullError`` is raised and the runner is unchanged;
+  * items with ``sample=True`` get exactly one sampled token in ``StepOutput.sampled``.
+The scheduler owns policy (which items, preemption choice); the runner only executes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .attention import AttentionGroup, AttentionMetadata, build_attention_group
+from .kv_cache import CacheFullError, PagedKVCache, TransferStats
+from .loader import LoadedModel, build_model
+from .model import LlamaDecoder
+from .sampling import GREEDY, SamplingParams, make_generator, sample_tokens
+
+
+@dataclass(frozen=True)
+class SeqWork:
+    seq_id: str
+    token_ids: list[int]
+    start_pos: int
+    sample: bool
+    sampling: SamplingParams = GREEDY
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    sampled: dict[str, int]
+    wall_s: float
+    num_tokens: int
+    num_seqs: int
+    logits: torch.Tensor | None = field(default=None, repr=False)  # [num sampled, vocab]
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model: LlamaDecoder,
+        num_blocks: int,
+        block_size: int = 16,
+        num_host_blocks: int | None = None,
+        num_threads: int = 2,
+        seed: int = 0,
+        keep_logits: bool = False,
+    ) -> None:
+        if num_threads <= 0:
+            raise ValueError(f"num_threads must be positive, got {num_threads}")
+        torch.set_num_threads(num_threads)  # process-wide; the runner owns the CPU budget
+        self.model = model
+        self.config = model.config
+        parameter = next(model.parameters())
+        self.device = parameter.device
+        self.cache = PagedKVCache(
+            num_layers=self.config.num_layers,
+            num_kv_heads=self.config.num_kv_heads,
+            head_dim=self.config.head_dim,
+            num_blocks=num_blocks,
+            block_size=block_size,
+            num_host_blocks=num_host_blocks,
+            dtype=parameter.dtype,
+            device=self.device,
+        )
+        self.keep_logits = keep_logits
+        self._seed_source = make_generator(seed)
+        self._generators: dict[str, torch.Generator] = {}
+
+    @classmethod
+    def from_loaded(
+        cls, loaded: LoadedModel, num_blocks: int, dtype: torch.dtype = torch.float32, **kwargs
+    ) -> "ModelRunner":
+        return cls(build_model(loaded, dtype), num_blocks, **kwargs)
+
+    # -------------------------------------------------------------- admission
+    def blocks_needed(self, batch: list[SeqWork]) -> int:
+        return sum(self.cache.blocks_needed(w.seq_id, len(w.token_ids)) for w in batch)
+
+    def can_step(self, batch: list[SeqWork]) -> bool:
+        """Whether ``step(batch)`` fits in the free KV blocks (pure query)."""
+        return all(not self.cache.is_swapped(w.seq_id) for w in batch) and (
+            self.blocks_needed(batch) <= self.cache.num_free_blocks
+        )
+
+    def _validate(self, batch: list[SeqWork]) -> None:
+        seq_ids = [w.seq_id for w in batch]
+        if len(set(seq_ids)) != len(seq_ids):
+            raise ValueError("a sequence may appear at most once per step")
+        for work in batch:
+            if not work.token_ids:
+                raise ValueError(f"{work.seq_id}: empty token_ids")
+            if self.cache.is_swapped(work.seq_id):
+                raise ValueError(f"{work.seq_id}: swapped out; swap_in before stepping it")
+            if work.start_pos != self.cache.num_tokens(work.seq_id):
+                raise ValueError(
+                    f"{work.seq_id}: start_pos {work.start_pos} != cached tokens "
+                    f"{self.cache.num_tokens(work.seq_id)}"
+                )
+            if work.start_pos + len(work.token_ids) > self.config.max_position:
+                raise ValueError(f"{work.seq_id}: exceeds max_position {self.config.max_position}")
+        if not self.can_step(batch):
+            raise CacheFullError(f"batch needs {self.blocks_needed(batch)} blocks, {self.cache.num_free_blocks} free")
+
+    # ------------------------------------------------------------------- step
+    def step(self, batch: list[SeqWork]) -> StepOutput:
+        started = time.perf_counter()
+        if not batch:
+            return StepOutput({}, 0.0, 0, 0)
+        self._validate(batch)
+        for work in batch:
+            self.cache.allocate(work.seq_id, len(work.token_ids))
+        token_ids, positions, metadata, logits_indices = self._prepare(batch)
+        logits = self.model(token_ids, positions, self.cache.pool, metadata, logits_indices)
+        sampling_items = [w for w in batch if w.sample]
+        tokens = sample_tokens(
+            logits,
+            [w.sampling for w in sampling_items],
+            [self._generator_for(w) for w in sampling_items],
+        )
+        sampled = {w.seq_id: t for w, t in zip(sampling_items, tokens)}
+        wall_s = time.perf_counter() - started
+        return StepOutput(sampled, wall_s, int(token_ids.shape[0]), len(batch), logits if self.keep_logits else None)
+
+    def _prepare(self, batch: list[SeqWork]):
+        """Build every index tensor of the step at once (no per-token Python loops)."""
+        block_size = self.cache.block_size
+        device = self.device
+        flat_ids = [t for w in batch for t in w.token_ids]
+        query_lens = torch.tensor([len(w.token_ids) for w in batch])
+        start_pos = torch.tensor([w.start_pos for w in batch])
+        context_lens = start_pos + query_lens
+        query_starts = torch.zeros(len(batch), dtype=torch.long)
+        query_starts[1:] = query_lens.cumsum(0)[:-1]
+        tables = [self.cache.block_table(w.seq_id) for w in batch]
+        max_blocks = max(len(t) for t in tables)
+        block_tables = torch.tensor([t + [0] * (max_blocks - len(t)) for t in tables])
+        seq_of_token = torch.repeat_interleave(torch.arange(len(batch)), query_lens)
+        positions = start_pos[seq_of_token] + torch.arange(len(flat_ids)) - query_starts[seq_of_token]
+        slot_mapping = block_tables[seq_of_token, positions // block_size] * block_size + positions % block_size
+        is_decode = query_lens == 1
+        groups: list[AttentionGroup] = []
+        for members in (is_decode.nonzero().flatten(), (~is_decode).nonzero().flatten()):
+            if members.numel() == 0:
+                continue
+            group_blocks = int(((context_lens[members] + block_size - 1) // block_size).max())
+            group = build_attention_group(
+                block_tables[members, :group_blocks],
+                context_lens[members],
+                query_starts[members],
+                query_lens[members],
+                block_size,
+            )
+            groups.append(group.to(device))
+        sample_rows = torch.tensor([i for i, w in enumerate(batch) if w.sample], dtype=torch.long)
+        logits_indices = (query_starts + query_lens - 1)[sample_rows]
+        metadata = AttentionMetadata(slot_mapping.to(device), tuple(groups), len(flat_ids))
+        return (
+            torch.tensor(flat_ids, device=device),
+            positions.to(device),
+            metadata,
+            logits_indices.to(device),
+        )
+
+    def _generator_for(self, work: SeqWork) -> torch.Generator | None:
+        if work.sampling.is_greedy:
+            return None
+        generator = self._generators.get(work.seq_id)
+        if generator is None:
+            seed = work.sampling.seed
+            if seed is None:
+                seed = int(torch.randint(0, 2**62, (1,), generator=self._seed_source))
+            generator = self._generators[work.seq_id] = make_generator(seed)
+        return generator
+
+    # ------------------------------------------------------------- lifecycle
+    def free(self, seq_id: str) -> None:
+        """The sequence is finished: drop its KV blocks (both pools) and sampler state."""
+        self.cache.free(seq_id)
+        self._generators.pop(seq_id, None)
+
+    def recompute(self, seq_id: str) -> int:
+        """Preempt by recomputation: drop KV blocks but keep the sampler state.
+
+        Returns the number of tokens dropped; the caller re-feeds the prompt plus ALL
+        generated tokens as prefill from position 0 (chunked as it likes), with
+        ``sample=True`` on the final chunk, which yields the next new token.
+        """
+        dropped = self.cache.num_tokens(seq_id)
+        self.cache.free(seq_id)
+        return dropped
+
+    def swap_out(self, seq_id: str) -> TransferStats:
+        return self.cache.swap_out(seq_id)
+
+    def swap_in(self, seq_id: str) -> TransferStats:
+        return self.cache.swap_in(seq_id)
