@@ -81,6 +81,8 @@ class EngineBudgets(_Frozen):
     chunk_size: int = Field(default=512, gt=0)
     max_running: int = Field(default=256, gt=0)
     max_consecutive_prefill_steps: int = Field(default=8, gt=0)
+    # fair policy: a tenant runs at most this many prefills longer than one chunk at once
+    max_long_prefills_per_tenant: int = Field(default=1, gt=0)
 
     @model_validator(mode="after")
     def _chunk_fits(self) -> "EngineBudgets":
@@ -94,6 +96,22 @@ class PreemptionSpec(_Frozen):
     max_per_request: int = Field(default=2, ge=0)
     min_benefit_ratio: float = Field(default=2.0, gt=0)
     cooldown_s: float = Field(default=1.0, ge=0)
+
+
+class AdmissionSpec(_Frozen):
+    """Admission control.
+
+    Load shedding: reject at arrival a request whose predicted wait (its tenant's queued
+    predicted cost over the tenant's service rate) exceeds ``shed_margin`` x its class's
+    max_wait_s, instead of letting it starve in the queue.  Off until ``warmup_s`` of service."""
+
+    shed_over_max_wait: bool = True
+    shed_margin: float = Field(default=0.9, gt=0)
+    warmup_s: float = Field(default=10.0, ge=0)
+    # Headroom: the last fraction of KV blocks and running slots is reserved for tenants
+    # that hold less than their weight share (w_i / sum of all tenants' weights) of them.
+    headroom_kv_fraction: float = Field(default=0.1, ge=0, lt=1)
+    headroom_slot_fraction: float = Field(default=0.05, ge=0, lt=1)
 
 
 class BorrowingSpec(_Frozen):
@@ -118,6 +136,7 @@ class Contract(_Frozen):
     engine: EngineBudgets = EngineBudgets()
     preemption: PreemptionSpec = PreemptionSpec()
     borrowing: BorrowingSpec = BorrowingSpec()
+    admission: AdmissionSpec = AdmissionSpec()
 
     @model_validator(mode="after")
     def _consistent(self) -> "Contract":

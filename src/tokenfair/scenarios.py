@@ -45,14 +45,14 @@ def _rows(name: str, items: list[tuple]) -> Workload:
 
 def _hol(rng: np.random.Generator) -> list[tuple]:
     dur = 300.0
-    return (_stream(rng, "chat", 14.0, 0, dur, (300, 0.6, 16, 2000), (150, 0.6, 8, 800))
-            + _stream(rng, "docs", 0.45, 0, dur, (20000, 0.05, 18000, 22000), (200, 0.5, 16, 800)))
+    return (_stream(rng, "chat", 6.0, 0, dur, (300, 0.6, 16, 2000), (150, 0.6, 8, 800))
+            + _stream(rng, "docs", 0.4, 0, dur, (20000, 0.05, 18000, 22000), (200, 0.5, 16, 800)))
 
 
 def _whale(rng: np.random.Generator) -> list[tuple]:
     dur = 300.0
-    items = (_stream(rng, "whale", 40.0, 0, dur, (1000, 0.7, 32, 8000), (300, 0.7, 8, 1500))
-             + _stream(rng, "mid", 12.0, 0, dur, (800, 0.7, 32, 8000), (300, 0.7, 8, 1500)))
+    items = (_stream(rng, "whale", 6.0, 0, dur, (1000, 0.7, 32, 8000), (300, 0.7, 8, 1500))
+             + _stream(rng, "mid", 3.5, 0, dur, (800, 0.7, 32, 8000), (300, 0.7, 8, 1500)))
     for k in range(4):
         items += _stream(rng, f"small-{k}", 0.5, 0, dur, (500, 0.6, 16, 4000), (150, 0.6, 8, 800))
     return items
@@ -60,9 +60,9 @@ def _whale(rng: np.random.Generator) -> list[tuple]:
 
 def _flood(rng: np.random.Generator) -> list[tuple]:
     dur = 300.0
-    return (_stream(rng, "frontend", 30.0, 0, dur, (800, 0.6, 32, 6000), (250, 0.6, 8, 1200), "interactive")
+    return (_stream(rng, "frontend", 8.0, 0, dur, (800, 0.6, 32, 6000), (250, 0.6, 8, 1200), "interactive")
             + _stream(rng, "frontend", 2.0, 0, dur, (300, 0.5, 16, 2000), (80, 0.5, 4, 400), "realtime")
-            + _stream(rng, "analytics", 3.0, 0, dur, (2000, 0.5, 64, 8000), (400, 0.5, 16, 1500), "batch"))
+            + _stream(rng, "analytics", 1.5, 0, dur, (2000, 0.5, 64, 8000), (400, 0.5, 16, 1500), "batch"))
 
 
 def _burst(rng: np.random.Generator) -> list[tuple]:

@@ -80,6 +80,14 @@ class Policy:
     def first_chunk(self, req: Request, budget_left: int) -> int:
         return min(req.num_uncomputed, budget_left, self.max_chunk())
 
+    def prefill_budget(self, running: list[Request]) -> int:
+        """This step's prefill token budget (the contract's, unless the policy shapes it)."""
+        return self.contract.engine.prefill_token_budget
+
+    def defer_prefill(self, req: Request, now: float) -> bool:
+        """Serve this running prefill's next chunk only after new admissions (default: no)."""
+        return False
+
     def max_chunk(self) -> int:
         return self.contract.engine.chunk_size
 

@@ -19,12 +19,24 @@ def register(name: str, factory: Callable[[], Policy]) -> None:
     POLICIES[name] = factory
 
 
-def make_policy(name: str) -> Policy:
+def make_policy(spec: str) -> Policy:
+    """``name`` or ``name:key=value,key=value`` (options go to the policy's constructor)."""
     _load_builtin()
+    name, _, opts = spec.partition(":")
+    kwargs = {}
+    for item in filter(None, opts.split(",")):
+        k, eq, v = item.partition("=")
+        if not eq:
+            raise ValueError(f"policy {spec!r}: option {item!r} must look like key=value")
+        kwargs[k.strip()] = v.strip()
     try:
-        return POLICIES[name]()
+        factory = POLICIES[name]
     except KeyError:
         raise KeyError(f"unknown policy {name!r}; choose one of: {', '.join(sorted(POLICIES))}") from None
+    try:
+        return factory(**kwargs)
+    except TypeError as err:
+        raise ValueError(f"policy {spec!r}: bad option ({err})") from None
 
 
 def policy_names() -> list[str]:

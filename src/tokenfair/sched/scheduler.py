@@ -83,18 +83,28 @@ class IterationScheduler:
                 pool.host_used -= pool.blocks_for(req.num_computed)
             self._end(req, Status.EXPIRED, reason, now)
             out.aborted.append(req)
-        budget = Budget(eng.prefill_token_budget, eng.decode_token_budget, policy.shared_budget)
+        budget = Budget(policy.prefill_budget(self.running), eng.decode_token_budget, policy.shared_budget)
         max_chunk = policy.max_chunk()
-        self._schedule_running(out, budget, max_chunk, now, honor_cap=True)
+        deferred: list[Request] = []
+        self._schedule_running(out, budget, max_chunk, now, honor_cap=True, deferred=deferred)
         if out.is_empty and self.running and not out.preempted:
             # every running prefill hit the consecutive-service cap: serve them anyway
-            self._schedule_running(out, budget, max_chunk, now, honor_cap=False)
+            self._schedule_running(out, budget, max_chunk, now, honor_cap=False, deferred=None)
+            deferred = []
         if not out.preempted or policy.admit_after_preemption:
             self._admit(out, budget, max_chunk, now)
+        for req in deferred:
+            # prefills the policy put after new admissions get what budget is left
+            n = min(req.num_uncomputed, max_chunk, budget.prefill_left)
+            if n > 0 and self.pool.can_grow(req, n):
+                self.pool.grow(req, n)
+                budget.take_prefill(n)
+                req.consecutive_prefill += 1
+                out.prefill.append((req, n))
         return out
 
     def _schedule_running(self, out: SchedulerOutput, budget: Budget, max_chunk: int, now: float,
-                          honor_cap: bool) -> None:
+                          honor_cap: bool, deferred: list[Request] | None) -> None:
         eng = self.contract.engine
         policy, pool, running = self.policy, self.pool, self.running
         kept: list[Request] = []
@@ -105,6 +115,10 @@ class IterationScheduler:
             req = running[i]
             i += 1
             if req.in_prefill:
+                if deferred is not None and policy.defer_prefill(req, now):
+                    deferred.append(req)
+                    kept.append(req)
+                    continue
                 n = min(req.num_uncomputed, max_chunk, budget.prefill_left)
                 if n <= 0 or (honor_cap and req.consecutive_prefill >= cap
                               and (num_prefilling > 1 or policy.num_waiting() > 0)):
@@ -145,6 +159,12 @@ class IterationScheduler:
             cand = policy.pick(now, blocked)
             if cand is None:
                 return
+            if cand.last_preempt_s == now:
+                # evicted in this very step: it may not come back before the step runs
+                if policy.hol_blocking:
+                    return
+                blocked.add(cand.tenant)
+                continue
             fits_slot = len(running) < max_running
             swapped = cand.status is Status.SWAPPED
             n = 0 if swapped else min(cand.num_uncomputed, budget.prefill_left, max_chunk)
@@ -201,6 +221,10 @@ class IterationScheduler:
             req.num_computed = 0
             req.status = Status.WAITING
         out.preempted.append((req, mode))
+        if any(r is req for r, _ in out.prefill):
+            out.prefill = [(r, n) for r, n in out.prefill if r is not req]
+        if req in out.decode:
+            out.decode.remove(req)
         self.policy.enqueue(req, now)
 
     # -- apply --------------------------------------------------------------------------

@@ -1,0 +1,89 @@
+"""Layer 3: order inside a tenant's queue, and the global urgency views.
+
+Per (tenant, class) a heap ordered by *virtual deadline* (EDF with aging folded in)::
+
+    vd(r) = min(order_deadline(r), enqueued(r) + max_wait(class)) + lowered_priority_penalty(r)
+    key   = (vd, predicted remaining cost, KV blocks needed, seq)
+
+so requests with a contract deadline sooner than the class's wait bound go first (EDF),
+others in arrival order, and predicted remaining tokens and KV cost break ties.  Across a
+tenant's classes the head with the highest effective priority wins::
+
+    effective_priority = base_priority + aging_rate * waiting_s
+
+Global views (lazy heaps, O(log n) per push/pop):
+  * overdue:  (enqueued + max_wait) -- a request past its class's max wait is served next;
+  * deadline: latest feasible start = deadline - estimated service time; past it the request
+    is expired (fail fast, reason given) instead of consuming capacity;
+  * reserved classes: per class with a min share, for the class guarantee.
+Entries carry ``req.qtoken``; taking or re-queueing a request bumps it, so stale entries
+are dropped when they surface.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from ...request import Request, Status
+
+_WAITING = (Status.WAITING, Status.SWAPPED)
+NO_WAIT_BOUND_S = 1e7
+
+
+def live(entry: tuple) -> bool:
+    req = entry[-1]
+    return entry[-2] == req.qtoken and req.status in _WAITING
+
+
+class LazyHeap:
+    """A min-heap of ``(*key, qtoken, req)`` entries with lazy deletion."""
+
+    __slots__ = ("h",)
+
+    def __init__(self) -> None:
+        self.h: list[tuple] = []
+
+    def push(self, key: tuple, req: Request) -> None:
+        heapq.heappush(self.h, (*key, req.qtoken, req))
+
+    def top(self) -> tuple | None:
+        h = self.h
+        while h and not live(h[0]):
+            heapq.heappop(h)
+        return h[0] if h else None
+
+    def pop(self) -> tuple:
+        return heapq.heappop(self.h)
+
+    def __len__(self) -> int:
+        return len(self.h)
+
+
+def virtual_deadline(req: Request, class_priority: float) -> float:
+    vd = req.enqueued_s + (req.max_wait_s if req.max_wait_s is not None else NO_WAIT_BOUND_S)
+    if req.order_deadline_s is not None:
+        vd = min(vd, req.order_deadline_s)
+    if req.priority < class_priority:
+        gap = class_priority - req.priority
+        vd += gap / req.aging_rate if req.aging_rate > 0 else NO_WAIT_BOUND_S
+    return vd
+
+
+def order_key(req: Request, class_priority: float, block_size: int) -> tuple:
+    remaining = req.num_uncomputed + req.predicted_remaining
+    return (virtual_deadline(req, class_priority), remaining, -(-req.num_tokens // block_size), req.seq)
+
+
+def best_head(queues: dict, now: float) -> Request | None:
+    """The tenant's next request: highest effective priority among its class heads."""
+    best = None
+    best_key = None
+    for q in queues.values():
+        e = q.top()
+        if e is None:
+            continue
+        r = e[-1]
+        key = (-(r.priority + r.aging_rate * (now - r.enqueued_s)), e[0], r.seq)
+        if best_key is None or key < best_key:
+            best, best_key = r, key
+    return best

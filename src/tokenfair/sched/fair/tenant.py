@@ -1,0 +1,58 @@
+"""Per-tenant scheduling state shared by the fair policy's layers."""
+
+from __future__ import annotations
+
+import math
+
+from ...contract import TenantSpec
+from ...request import Request
+
+
+class TenantState:
+    __slots__ = ("name", "spec", "weight", "vtime", "num_waiting", "running", "bucket",
+                 "bucket_t", "recent", "recent_t", "queued_cost", "queues", "idle_since", "kv_peak", "slots_peak", "peak_t", "prepaid", "head_cost", "stamp", "active")
+
+    def __init__(self, name: str, spec: TenantSpec, now: float) -> None:
+        self.name = name
+        self.spec = spec
+        self.weight = spec.weight
+        self.vtime = 0.0            # normalised service S_i (cost / weight), see wfq.py
+        self.head_cost = 0.0        # predicted cost of its next request (for finish tags)
+        self.active = False         # has waiting or running requests
+        self.stamp = 0              # bumped on every re-key in the WFQ heap
+        self.prepaid = 0.0          # charged but not yet served cost of its admitted requests
+        self.num_waiting = 0
+        self.running: set[Request] = set()
+        self.bucket = spec.rate_limit.burst_tokens if spec.rate_limit else 0.0
+        self.bucket_t = now
+        self.recent = 0.0           # exponentially decayed service (decayed lazily to recent_t)
+        self.recent_t = now
+        self.queued_cost = 0.0      # predicted cost of its waiting requests
+        self.queues: dict = {}      # class -> ordering.ClassQueue
+        self.idle_since = now
+        self.kv_peak = 0.0          # decayed peak of KV blocks held (+ the next admission)
+        self.slots_peak = 0.0       # decayed peak of running requests
+        self.peak_t = now
+
+    def note_peak(self, now: float, blocks: int, slots: int, tau_s: float) -> None:
+        if now > self.peak_t:
+            f = math.exp(-(now - self.peak_t) / tau_s)
+            self.kv_peak *= f
+            self.slots_peak *= f
+            self.peak_t = now
+        self.kv_peak = max(self.kv_peak, blocks)
+        self.slots_peak = max(self.slots_peak, slots)
+
+    def decayed_recent(self, now: float, tau_s: float) -> float:
+        if now > self.recent_t:
+            self.recent *= math.exp(-(now - self.recent_t) / tau_s)
+            self.recent_t = now
+        return self.recent
+
+    @property
+    def served_vtime(self) -> float:
+        """S_i without the prepaid part: what the tenant has actually been served, normalised."""
+        return self.vtime - self.prepaid / self.weight
+
+    def kv_blocks(self) -> int:
+        return sum(r.blocks for r in self.running)

@@ -1,0 +1,117 @@
+r"""Layer 2: weighted fair queueing across tenants, in token cost, by virtual time.
+
+Symbols (fields):
+  w_i   tenant weight                          (TenantState.weight)
+  S_i   normalised service of tenant i          (TenantState.vtime)
+  B(t)  tenants with waiting requests           (num_waiting > 0)
+  V     system virtual time = min_{i in B} S_i, kept monotone (self.vnow)
+  C     carry-over credit in cost units         (self.credit = prefill_token_budget * w_prefill)
+  c(r)  cost of request r = w_p * prompt + w_d * output (+ w_kv * KV block-seconds)
+
+Rules:
+  admit:    pick i = argmin_{i in B} F_i, the virtual finish of its head request h_i,
+            F_i = S_i + c_pred(h_i) / w_i (WFQ finish tags, as EEVDF's virtual deadline: a
+            small request of a tenant that is owed service goes before a large one); ties by
+            the order i entered the heap; on admission S_i += c_pred(r) / w_i with c_pred from
+            the predicted output length;
+  correct:  as r runs, when its actual cost exceeds what was charged, S_i += excess / w_i;
+            when r ends, the unused prediction is refunded: S_i -= (charged - used) / w_i;
+  return:   a tenant entering B gets S_i = max(S_i, V - C / w_i): it keeps a lead of at most
+            C over the others (no banking of unlimited credit while idle) and keeps any
+            debt it had (it does not lose its place, nor escape its over-service);
+  floor:    refunds never take S_i below V - C / w_i.
+
+Invariant and bound.  For any two tenants i, j continuously in B over an interval,
+        | S_i - S_j |  <=  D := max_r c_max(r) / w_min + C / w_min,
+where c_max(r) = w_p * prompt + w_d * max_tokens bounds any single charge or correction.
+Hence the service W_i received over the interval satisfies
+        | W_i / w_i - W_j / w_j |  <=  2 D,
+so each backlogged tenant's long-run share tends to w_i / sum_{j in B} w_j (subject to
+min shares, which the policy serves first while a guaranteed tenant is below its share).
+``check_bound`` asserts it in tests.
+
+V is tracked as the largest S_i of a tenant picked so far (monotone; equal to the textbook
+min over B whenever the picked tenant has the least S).
+
+Complexity: pick is O(log T) amortised (lazy heap, stale entries dropped on pop, the heap is
+rebuilt when it holds more than 4x the backlogged tenants); charge/refund/lift O(log T).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+
+from .tenant import TenantState
+
+
+class VirtualTimeWFQ:
+    def __init__(self, credit: float) -> None:
+        self.credit = credit
+        self.vnow = 0.0
+        self._heap: list[tuple[float, int, int, TenantState]] = []
+        self._order = itertools.count()
+        self.num_backlogged = 0
+        self.backlogged_weight = 0.0
+
+    def _entry(self, t: TenantState) -> tuple[float, int, int, TenantState]:
+        t.stamp += 1
+        return (t.vtime + t.head_cost / t.weight, next(self._order), t.stamp, t)
+
+    def _push(self, t: TenantState) -> None:
+        heapq.heappush(self._heap, self._entry(t))
+        if len(self._heap) > 4 * self.num_backlogged + 64:
+            live = {id(e[3]): e[3] for e in self._heap if e[3].num_waiting > 0}
+            self._heap = [self._entry(t) for t in live.values()]
+            heapq.heapify(self._heap)
+
+    def update(self, t: TenantState) -> None:
+        """Its head or S_i changed: re-key it (stale entries are skipped on pop)."""
+        if t.num_waiting:
+            self._push(t)
+
+    def on_backlogged(self, t: TenantState) -> None:
+        """Tenant ``t`` just got its first waiting request."""
+        self.num_backlogged += 1
+        self.backlogged_weight += t.weight
+        t.vtime = max(t.vtime, self.vnow - self.credit / t.weight)
+        self._push(t)
+
+    def on_idle(self, t: TenantState) -> None:
+        self.num_backlogged -= 1
+        self.backlogged_weight = max(0.0, self.backlogged_weight - t.weight)
+
+    def charge(self, t: TenantState, cost: float) -> None:
+        t.vtime += cost / t.weight
+        if t.num_waiting:
+            self._push(t)
+
+    def refund(self, t: TenantState, cost: float) -> None:
+        t.vtime = max(t.vtime - cost / t.weight, min(t.vtime, self.vnow - self.credit / t.weight))
+        if t.num_waiting:
+            self._push(t)
+
+    def pick(self, blocked: set[str]) -> TenantState | None:
+        heap = self._heap
+        stash = []
+        found = None
+        while heap:
+            _, _, stamp, t = heap[0]
+            if t.num_waiting == 0 or stamp != t.stamp:
+                heapq.heappop(heap)        # stale entry
+                continue
+            if not stash and t.vtime > self.vnow:
+                self.vnow = t.vtime        # V, monotone
+            if t.name in blocked:
+                stash.append(heapq.heappop(heap))
+                continue
+            found = t
+            break
+        for e in stash:
+            heapq.heappush(heap, e)
+        return found
+
+    def check_bound(self, tenants: list[TenantState], bound: float) -> None:
+        live = [t.vtime for t in tenants if t.num_waiting > 0]
+        if len(live) >= 2:
+            assert max(live) - min(live) <= bound + 1e-6, (max(live) - min(live), bound)
