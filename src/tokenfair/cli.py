@@ -10,44 +10,15 @@ from typing import Optional
 
 import typer
 
-from .contract import Contract, ContractError, contract_schema, load_contract
-from .costmodel import ProfileError, load_profile
-from .scenarios import SCENARIOS, build_scenario
-from .workload import Workload, WorkloadError, read_trace
+from .cli_common import USER_ERRORS, _message, fail, resolve_contract, resolve_workload  # noqa: F401
+from .contract import ContractError, contract_schema, load_contract
+from .costmodel import load_profile
+from .scenarios import SCENARIOS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Contract-driven fair scheduling for multi-tenant LLM serving.")
 contract_app = typer.Typer(no_args_is_help=True, help="Validate a contract or print its JSON Schema.")
 app.add_typer(contract_app, name="contract")
-
-USER_ERRORS = (ContractError, WorkloadError, ProfileError, KeyError, ValueError, FileNotFoundError)
-
-
-def fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
-
-
-def resolve_workload(spec: str, seed: int, *, skip_bad_rows: bool = False) -> tuple[Workload, Contract | None]:
-    """A built-in scenario (with its contract), a public trace name, or a trace file."""
-    if spec in SCENARIOS:
-        return build_scenario(spec, seed)
-    try:
-        from .traces import load_workload
-    except ModuleNotFoundError:
-        return read_trace(spec), None
-    return load_workload(spec, seed=seed, skip_bad_rows=skip_bad_rows), None
-
-
-def resolve_contract(path: Optional[Path], default: Contract | None) -> Contract:
-    if path is not None:
-        return load_contract(path)
-    return default or Contract()
-
-
-def _message(err: Exception) -> str:
-    return err.args[0] if isinstance(err, KeyError) and err.args else str(err)
-
 
 @app.command()
 def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '.join(SCENARIOS)}) or trace path"),
@@ -97,6 +68,15 @@ def scenarios() -> None:
     """List the built-in stress scenarios."""
     from . import scenarios as sc
     typer.echo(sc.__doc__.split("\n\n", 2)[2].strip() if sc.__doc__ else ", ".join(SCENARIOS))
+
+
+def _register_optional() -> None:
+    from .cli_compare import compare, demo
+    app.command("compare")(compare)
+    app.command("demo")(demo)
+
+
+_register_optional()
 
 
 def main() -> None:

@@ -34,6 +34,8 @@ from .wfq import VirtualTimeWFQ
 
 MIN_PREFILL_BUDGET = 128
 PEAK_MARGIN = 1.25
+LIGHT_FRACTION = 0.9
+LEVEL_REFRESH_S = 0.25
 PEAK_TAU_S = 60.0
 TPOT_MARGIN = 0.8
 
@@ -73,6 +75,8 @@ class FairPolicy(Policy):
         self.total_weight = 0.0
         self._now = 0.0
         self.active_weight = 0.0
+        self._level_t = float("-inf")
+        self._level_v = 0.0
         adm = contract.admission
         self.headroom_blocks = int(adm.headroom_kv_fraction * pool.num_blocks)
         self.headroom_slots = int(adm.headroom_slot_fraction * contract.engine.max_running)
@@ -189,7 +193,7 @@ class FairPolicy(Policy):
             r = self._below_guarantee(now, blocked)
             if r is not None:
                 return r
-        t = self.wfq.pick(blocked)
+        t = self.wfq.pick(blocked, prefer=lambda x: self.under_share(x, now))
         return best_head(t.queues, now) if t is not None else None
 
     def _below_guarantee(self, now: float, blocked: set[str]) -> Request | None:
@@ -252,11 +256,18 @@ class FairPolicy(Policy):
         return True
 
     def under_share(self, t: TenantState, now: float) -> bool:
-        """Recently served (decayed, normalised) below the average of the active tenants:
-        such a tenant is certainly below the max-min water level and gets latency priority."""
-        if self.active_weight <= 0 or self.recent_total <= 0:
-            return True
-        return t.decayed_recent(now, self.share_tau_s) / t.weight < self.recent_total / self.active_weight
+        """Recently served (decayed, normalised by weight) clearly below the most served
+        active tenant: such a tenant is below the max-min water level (its demand is met
+        or it is owed), so it gets latency priority over the heaviest ones."""
+        return t.decayed_recent(now, self.share_tau_s) / t.weight < LIGHT_FRACTION * self._level(now)
+
+    def _level(self, now: float) -> float:
+        """Max normalised recent service over active tenants; O(T), recomputed every 0.25 s."""
+        if now - self._level_t >= LEVEL_REFRESH_S or self._level_t > now:
+            self._level_t = now
+            self._level_v = max((t.decayed_recent(now, self.share_tau_s) / t.weight
+                                 for t in self.tenants.values() if t.active), default=0.0)
+        return self._level_v
 
     def _touch(self, t: TenantState) -> None:
         active = t.num_waiting > 0 or bool(t.running)

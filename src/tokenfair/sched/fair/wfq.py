@@ -91,7 +91,25 @@ class VirtualTimeWFQ:
         if t.num_waiting:
             self._push(t)
 
-    def pick(self, blocked: set[str]) -> TenantState | None:
+    def pick(self, blocked: set[str], prefer=None, look: int = 4) -> TenantState | None:
+        """Least finish tag among backlogged tenants not in ``blocked``; with ``prefer``, the
+        first of the ``look`` least that satisfies it, if any (O(look log T))."""
+        if prefer is None:
+            return self._pick(blocked)
+        first = self._pick(blocked)
+        if first is None or prefer(first):
+            return first
+        seen = {first.name}
+        for _ in range(look - 1):
+            t = self._pick(blocked | seen)
+            if t is None:
+                break
+            if prefer(t):
+                return t
+            seen.add(t.name)
+        return first
+
+    def _pick(self, blocked: set[str]) -> TenantState | None:
         heap = self._heap
         stash = []
         found = None

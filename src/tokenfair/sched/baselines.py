@@ -1,0 +1,272 @@
+"""Baseline policies from today's serving systems: ``sjf``, ``priority`` and ``vtc``.
+
+Each reproduces a published scheduler on tokenfair's shared mechanics
+(:mod:`tokenfair.sched.scheduler`); the facts they follow are in
+``shared/docs/anchors.md``.  All three use the same vLLM-style mechanics as ``fifo`` so that
+a comparison isolates the *ordering* decision:
+
+* one shared token budget per step (``shared_budget = True``: the contract's
+  ``prefill_token_budget + decode_token_budget`` acts as ``max_num_batched_tokens``), prefill
+  chunks capped only by that budget;
+* head-of-line blocking (``hol_blocking = True``): admission stops at the first candidate that
+  does not fit (slot, KV blocks);
+* nothing new is admitted in a step that preempted;
+* KV shortage preempts by recompute; nothing else ever preempts (``urgent_victim`` is None).
+
+Waiting queues are lazy: a heap entry carries the request's ``qtoken`` at push time and is
+dropped when it no longer matches (the request was taken, discarded or re-queued).  Because
+the scheduler only ever calls :meth:`take` on the request :meth:`pick` just returned, and
+``hol_blocking`` means ``blocked`` is always empty for these policies, a pick is a peek at
+the top after popping stale entries.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+from ..request import Request, Status
+from .policy import Policy
+from .registry import register
+
+
+class _VllmMechanics(Policy):
+    """vLLM V1 mechanics shared by the baselines (see module docstring)."""
+
+    shared_budget = True
+    hol_blocking = True
+    admit_after_preemption = False
+
+    def max_chunk(self) -> int:
+        e = self.contract.engine
+        return e.prefill_token_budget + e.decode_token_budget
+
+
+class _LazyHeapPolicy(_VllmMechanics):
+    """A waiting queue that is one heap of ``(key..., seq, qtoken, request)``.
+
+    Complexity (n = entries in the heap, stale ones included; stale entries are at most one
+    per enqueue, so every bound below is amortised over the enqueues):
+    enqueue O(log n); pick amortised O(log n) (pops stale tops); take O(1) (invalidates,
+    the entry is popped by the next pick); discard O(1) (lazy); num_waiting O(1).
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple] = []
+        self._n = 0
+
+    def _key(self, req: Request) -> tuple:
+        raise NotImplementedError
+
+    def enqueue(self, req: Request, now: float) -> None:
+        req.qtoken += 1
+        heapq.heappush(self._heap, (*self._key(req), req.seq, req.qtoken, req))
+        self._n += 1
+
+    def _top(self) -> Request | None:
+        heap = self._heap
+        while heap:
+            entry = heap[0]
+            req = entry[-1]
+            if entry[-2] == req.qtoken and req.status in (Status.WAITING, Status.SWAPPED):
+                return req
+            heapq.heappop(heap)
+        return None
+
+    def pick(self, now: float, blocked: set[str]) -> Request | None:
+        # ``blocked`` stays empty with hol_blocking; these baselines never skip a tenant.
+        return self._top()
+
+    def take(self, req: Request) -> None:
+        req.qtoken += 1          # O(1): the heap entry turns stale
+        self._n -= 1
+
+    def discard(self, req: Request) -> None:
+        req.qtoken += 1          # O(1), lazy
+        self._n -= 1
+
+    def num_waiting(self) -> int:
+        return self._n
+
+
+class SjfPolicy(_LazyHeapPolicy):
+    """``sjf``: shortest predicted job first, no aging (the classic SJF baseline; SGLang's and
+    LMDeploy's "short first" turns without their aging credit).
+
+    Key: the request's predicted cost in the contract's cost-weighted tokens,
+    ``costs.prefill_token * prompt_tokens + costs.decode_token * predicted_output``, where
+    ``predicted_output`` is the scheduler's predictor guess (capped by ``max_tokens``) set
+    before the request is queued -- never its true length.  Ties go by arrival (``seq``).
+    The key is fixed at arrival: a request preempted by KV shortage re-enters the heap with
+    its original key (it is the same job).  Long jobs may starve while short ones keep
+    arriving: that is SJF's defining weakness, kept on purpose.
+    """
+
+    name = "sjf"
+
+    def _key(self, req: Request) -> tuple:
+        c = self.contract.costs
+        return (c.prefill_token * req.prompt_tokens + c.decode_token * req.predicted_output,)
+
+
+class PriorityPolicy(_LazyHeapPolicy):
+    """``priority``: vLLM V1's ``--scheduling-policy priority``.
+
+    vLLM orders its waiting heap by ``(priority, arrival_time, request_id)`` where a *lower*
+    value is more urgent; in tokenfair a *higher* ``req.priority`` (the contract class's
+    priority, possibly lowered by the row) is more urgent, so the key is ``(-priority, seq)``:
+    strict class priority, FIFO (arrival order) inside a priority level, no aging.  A waiting
+    urgent request never preempts a running one (vLLM does not; vllm#40004).
+
+    KV shortage: vLLM preempts ``max(running, key=(priority, arrival))`` -- the least urgent,
+    newest running request, which may be the request that needs the block itself.  Here:
+    the candidate (or ``needing``) with the lowest ``priority``, newest ``seq`` on ties.
+    Recompute only.
+    """
+
+    name = "priority"
+
+    def _key(self, req: Request) -> tuple:
+        return (-req.priority,)
+
+    def victim_for_kv(self, candidates: list[Request], needing: Request, now: float) -> Request | None:
+        # O(len(candidates)): vLLM's max over the running list.
+        return min([*candidates, needing], key=lambda r: (r.priority, -r.seq))
+
+
+class VtcPolicy(_VllmMechanics):
+    """``vtc``: the Virtual Token Counter (Sheng et al., "Fairness in Serving Large Language
+    Models", OSDI 2024), as anchors.md describes the paper and its artifact.
+
+    State per tenant ``u``: counter ``c[u]`` (0 on first sight), FIFO queue ``Q[u]``, weight
+    ``w[u]`` (the contract tenant's ``weight``).  Cost weights ``w_p`` (input token, default
+    1) and ``w_q`` (output token, default 2), set by the constructor.
+
+    * Arrival into an empty ``Q[u]`` lifts ``c[u] = max(c[u], min c[k])`` over the *other*
+      tenants with a non-empty queue (no lift when no other tenant is queued), so an idle
+      tenant cannot bank credit.
+    * Admission: the tenant with the smallest counter among those with queued requests
+      offers the head of its queue; on admission ``c[u] += w_p * prompt_tokens / w[u]``.
+      If that head does not fit, admission stops (``hol_blocking``: no skipping).
+    * Every generated token (the one sampled by the last prefill chunk included) adds
+      ``w_q / w[u]``.  Each token is charged exactly once: the artifact's quirk of charging
+      counters twice on a step where a request finishes is *not* reproduced.
+    * Only KV shortage preempts (newest running request, recompute); the preempted request
+      goes back to the *front* of its tenant's queue without a lift and is not charged its
+      input again on re-admission (the recomputation is the system's overhead, not new
+      demand).
+
+    Differences from the artifact, all from using the shared vLLM-style mechanics: new work
+    may be admitted on every step (the artifact admits only when nothing runs or every 10
+    decode steps), and KV is not reserved for the full output length up front (the artifact
+    does; tokenfair requests only bound their output by ``max_tokens``), hence KV-shortage
+    preemption exists here.  Ties between equal counters go to the tenant seen first.
+
+    ``counters`` (tenant -> counter) is public for tests and reports.
+
+    Complexity (T = tenants with an entry in the tenant heap, i.e. at most those that had
+    queued requests since they were last found idle): enqueue O(1) plus, on an arrival into
+    an empty queue, one lazy min O(k log T) and a push O(log T); pick O(k log T) where k is
+    the number of tenants whose counters grew since their heap entry was pushed (counters
+    only grow, so a stale entry is refreshed by re-pushing it); take O(1); on_admit and
+    on_served O(1); discard O(len(Q[u])) (abort only); num_waiting O(1).
+    """
+
+    name = "vtc"
+
+    def __init__(self, input_weight: float | str = 1.0, output_weight: float | str = 2.0) -> None:
+        # strings come from the registry's ``vtc:input_weight=1,output_weight=2`` syntax
+        self.w_p = float(input_weight)
+        self.w_q = float(output_weight)
+        if not (self.w_p >= 0 and self.w_q >= 0):
+            raise ValueError(f"VTC cost weights must be >= 0, got input_weight={input_weight!r}, "
+                             f"output_weight={output_weight!r}")
+        self.counters: dict[str, float] = {}
+        self._queues: dict[str, deque[Request]] = {}
+        self._order: dict[str, int] = {}           # first-seen order: the tie-break
+        self._weight: dict[str, float] = {}
+        self._heap: list[tuple[float, int, str]] = []   # (counter when pushed, order, tenant)
+        self._in_heap: set[str] = set()
+        self._n = 0
+
+    # -- tenants ------------------------------------------------------------------------
+    def _tenant(self, t: str) -> deque[Request]:
+        q = self._queues.get(t)
+        if q is None:
+            q = self._queues[t] = deque()
+            self.counters[t] = 0.0
+            self._order[t] = len(self._order)
+            self._weight[t] = self.contract.tenant(t).weight
+        return q
+
+    def _push(self, t: str) -> None:
+        if t not in self._in_heap:
+            self._in_heap.add(t)
+            heapq.heappush(self._heap, (self.counters[t], self._order[t], t))
+
+    def _min_backlogged(self, skip: set[str] | frozenset = frozenset()) -> str | None:
+        """The tenant with the smallest counter among those with queued requests (not in
+        ``skip``).  Entries of idle tenants are dropped, stale ones re-pushed."""
+        heap, aside, found = self._heap, [], None
+        while heap:
+            c, order, t = heap[0]
+            if not self._queues[t]:
+                heapq.heappop(heap)
+                self._in_heap.discard(t)
+                continue
+            cur = self.counters[t]
+            if c < cur:
+                heapq.heapreplace(heap, (cur, order, t))
+                continue
+            if t in skip:
+                aside.append(heapq.heappop(heap))
+                continue
+            found = t
+            break
+        for entry in aside:
+            heapq.heappush(heap, entry)
+        return found
+
+    # -- waiting queue ------------------------------------------------------------------
+    def enqueue(self, req: Request, now: float) -> None:
+        t = req.tenant
+        q = self._tenant(t)
+        if req.num_preemptions:
+            q.appendleft(req)                       # back to the front, as vLLM does
+        else:
+            if not q:                               # lift: no banking of idle credit
+                low = self._min_backlogged()
+                if low is not None:
+                    self.counters[t] = max(self.counters[t], self.counters[low])
+            q.append(req)
+        self._n += 1
+        self._push(t)
+
+    def pick(self, now: float, blocked: set[str]) -> Request | None:
+        t = self._min_backlogged(blocked)
+        return None if t is None else self._queues[t][0]
+
+    def take(self, req: Request) -> None:
+        self._queues[req.tenant].popleft()          # pick returned this tenant's head
+        self._n -= 1
+
+    def discard(self, req: Request) -> None:
+        self._queues[req.tenant].remove(req)
+        self._n -= 1
+
+    def num_waiting(self) -> int:
+        return self._n
+
+    # -- accounting ---------------------------------------------------------------------
+    def on_admit(self, req: Request, now: float) -> None:
+        if req.num_preemptions == 0:
+            self.counters[req.tenant] += self.w_p * req.prompt_tokens / self._weight[req.tenant]
+
+    def on_served(self, req: Request, prefill_tokens: int, decoded: int, now: float) -> None:
+        if decoded:
+            self.counters[req.tenant] += self.w_q * decoded / self._weight[req.tenant]
+
+
+register("sjf", SjfPolicy)
+register("priority", PriorityPolicy)
+register("vtc", VtcPolicy)

@@ -1,0 +1,172 @@
+"""Release-gate thresholds: a YAML file of limits, and their evaluation against a run summary.
+
+The file (default: ``tokenfair/data/thresholds.yaml``) has a ``default`` gate and per-workload
+overrides under ``scenarios.<workload name>``; see that file for the fields.  It is validated
+by pydantic (``extra="forbid"``); errors are ``file: path: message`` lines raised as
+:class:`ThresholdsError` (a ``ValueError``, so the CLI exits 2).
+
+:func:`evaluate` turns one summary (``tokenfair.metrics.summarize`` schema) into a list of
+:class:`Check` rows.  A fairness metric that does not apply to the run (``jain_min`` is None
+when fewer than two tenants were ever backlogged together) passes with ``value=None``;
+``min_class_share_ratio`` checks each class with a ``min_share`` that was backlogged
+(``fairness.class_min_share``: share received while backlogged / min_share); a
+latency limit on a tenant/class that has requests but no measured value (none got a first
+token, or none produced two tokens for TPOT) fails, because nothing was served.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .contract import _format_errors
+
+
+class ThresholdsError(ValueError):
+    """A thresholds file that cannot be used; the message names each bad path."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GroupLimits(_Strict):
+    """Limits for one tenant or class (or every one: key ``"*"``)."""
+
+    max_ttft_p99_s: float | None = Field(default=None, gt=0)
+    max_tpot_p99_s: float | None = Field(default=None, gt=0)
+    max_starvation_events: int | None = Field(default=None, ge=0)
+
+
+class GateSpec(_Strict):
+    min_jain: float | None = Field(default=None, ge=0, le=1)
+    max_share_deviation: float | None = Field(default=None, ge=0, le=1)
+    max_starvation_events: int | None = Field(default=None, ge=0)
+    min_throughput_ratio_vs_fifo: float | None = Field(default=None, gt=0)
+    min_class_share_ratio: float | None = Field(default=None, gt=0)
+    tenants: dict[str, GroupLimits] = Field(default_factory=dict)   # "*": every tenant
+    classes: dict[str, GroupLimits] = Field(default_factory=dict)   # "*": every class
+
+
+class Thresholds(_Strict):
+    version: str = "unversioned"
+    default: GateSpec = GateSpec()
+    scenarios: dict[str, GateSpec] = Field(default_factory=dict)
+
+    def for_workload(self, name: str | None) -> GateSpec:
+        """The default gate with the overrides for workload ``name`` applied field by field."""
+        over = self.scenarios.get(name or "")
+        if over is None:
+            return self.default
+        merged = self.default.model_dump(exclude_unset=True)
+        for f in over.model_fields_set:
+            if f in ("tenants", "classes"):
+                table = {k: v.model_dump(exclude_unset=True) for k, v in getattr(self.default, f).items()}
+                for key, lim in getattr(over, f).items():
+                    table[key] = table.get(key, {}) | lim.model_dump(exclude_unset=True)
+                merged[f] = table
+            else:
+                merged[f] = getattr(over, f)
+        return GateSpec.model_validate(merged)
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    value: float | None
+    limit: float
+    passed: bool
+    op: str = "<="        # how value compares with limit when it passes
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "value": self.value, "limit": self.limit, "passed": self.passed, "op": self.op}
+
+
+def parse_thresholds(data: object, source: str = "<thresholds>") -> Thresholds:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ThresholdsError(f"{source}: the thresholds file must be a YAML mapping at the top level")
+    try:
+        return Thresholds.model_validate(data)
+    except ValidationError as err:
+        raise ThresholdsError(_format_errors(err, source)) from None
+
+
+def load_thresholds(path: str | Path | None = None) -> Thresholds:
+    """The thresholds in ``path``, or the packaged default gate when ``path`` is None."""
+    if path is None:
+        with resources.as_file(resources.files("tokenfair") / "data" / "thresholds.yaml") as p:
+            return load_thresholds(p)
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as err:
+        raise ThresholdsError(f"{p}: cannot read the thresholds file ({err.strerror}); check the path") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ThresholdsError(f"{p}: not valid YAML: {err}") from None
+    return parse_thresholds(data, str(p))
+
+
+def _max(name: str, value, limit) -> Check:
+    return Check(name, value, limit, value is not None and value <= limit + 1e-12, "<=")
+
+
+_GROUP_CHECKS = (("max_ttft_p99_s", "ttft_p99_s", lambda m: m["ttft_s"]["p99"]),
+                 ("max_tpot_p99_s", "tpot_p99_s", lambda m: m["tpot_s"]["p99"]),
+                 ("max_starvation_events", "starvation_events", lambda m: m.get("starvation_events", 0)))
+
+
+def _group_checks(kind: str, groups: dict[str, dict], table: dict[str, GroupLimits]) -> list[Check]:
+    out = []
+    star = table.get("*", GroupLimits())
+    for g in sorted(groups):
+        own = table.get(g)
+        for field, label, get in _GROUP_CHECKS:
+            lim = getattr(own, field) if own is not None and field in own.model_fields_set else getattr(star, field)
+            if lim is not None:
+                out.append(_max(f"{kind}[{g}].{label}", get(groups[g]), lim))
+    return out
+
+
+def evaluate(summary: dict, thresholds: Thresholds | GateSpec | None = None,
+             baseline_summary: dict | None = None) -> list[Check]:
+    """Every check of the gate for ``summary``'s workload; ``baseline_summary`` is fifo's run on
+    the same workload (the throughput-ratio check is left out without it)."""
+    if thresholds is None:
+        thresholds = load_thresholds()
+    gate = thresholds.for_workload(summary.get("workload")) if isinstance(thresholds, Thresholds) else thresholds
+    fair = summary.get("fairness", {})
+    checks: list[Check] = []
+    if gate.min_jain is not None:
+        v = fair.get("jain_min")
+        checks.append(Check("jain_min", v, gate.min_jain, v is None or v >= gate.min_jain - 1e-12, ">="))
+    if gate.max_share_deviation is not None:
+        v = fair.get("max_abs_share_deviation")
+        checks.append(Check("max_abs_share_deviation", v, gate.max_share_deviation,
+                            v is None or v <= gate.max_share_deviation + 1e-12))
+    if gate.max_starvation_events is not None:
+        checks.append(_max("starvation_events", summary.get("starvation_events", 0), gate.max_starvation_events))
+    if gate.min_throughput_ratio_vs_fifo is not None and baseline_summary is not None:
+        base = baseline_summary.get("throughput_tokens_per_s") or 0.0
+        v = summary.get("throughput_tokens_per_s", 0.0) / base if base > 0 else None
+        checks.append(Check("throughput_ratio_vs_fifo", v, gate.min_throughput_ratio_vs_fifo,
+                            v is None or v >= gate.min_throughput_ratio_vs_fifo - 1e-12, ">="))
+    if gate.min_class_share_ratio is not None:
+        for c, m in sorted(fair.get("class_min_share", {}).items()):
+            v = m.get("ratio_to_min_share")
+            checks.append(Check(f"class[{c}].share_vs_min_share", v, gate.min_class_share_ratio,
+                                v is not None and v >= gate.min_class_share_ratio - 1e-12, ">="))
+    checks += _group_checks("tenant", summary.get("tenants", {}), gate.tenants)
+    checks += _group_checks("class", summary.get("classes", {}), gate.classes)
+    return checks
+
+
+def verdict(checks: list[Check]) -> bool:
+    return all(c.passed for c in checks)
