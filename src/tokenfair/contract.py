@@ -106,7 +106,7 @@ class AdmissionSpec(_Frozen):
     max_wait_s, instead of letting it starve in the queue.  Off until ``warmup_s`` of service."""
 
     shed_over_max_wait: bool = True
-    shed_margin: float = Field(default=0.9, gt=0)
+    shed_margin: float = Field(default=0.75, gt=0)
     warmup_s: float = Field(default=10.0, ge=0)
     # Headroom: the last fraction of KV blocks and running slots is reserved for tenants
     # that hold less than their weight share (w_i / sum of all tenants' weights) of them.

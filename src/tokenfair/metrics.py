@@ -7,7 +7,9 @@ Definitions (times in seconds from the trace origin):
   starvation event = a request whose wait exceeds its class's max_wait_s;
   deadline miss = finished after deadline_s, or expired.
 Shares: the recorder's cost-weighted service per 1 s bucket.  A tenant is *backlogged* in a
-bucket when one of its requests waits for admission in it.  In a window where a set ``B`` of
+bucket when one of its requests has waited for admission longer than ``BACKLOG_GRACE_S``
+(1 s, about twenty engine steps) in it: every request waits for the next step, so a tenant
+whose requests start within the grace is being served all it asks for, not backlogged.  In a window where a set ``B`` of
 >= 2 tenants is backlogged for >= 95% of the window, tenant i's entitled share ``e_i`` is its
 weight share of ``B`` water-filled up to its min_share, its received share ``s_i`` is its
 service over the service of ``B``, and the weighted Jain index is
@@ -26,6 +28,7 @@ from .request import Request, Status
 
 PROMPT_BUCKETS = ((0, 512, "<512"), (512, 2048, "512-2K"), (2048, 8192, "2K-8K"), (8192, 1 << 62, ">=8K"))
 BACKLOG_FRACTION = 0.95
+BACKLOG_GRACE_S = 1.0
 
 
 def _pct(values: list[float]) -> dict:
@@ -110,7 +113,7 @@ def group_metrics(recs: list[dict], isolated_e2e: dict[str, float] | None) -> di
 def _backlog_buckets(recs: Iterable[dict], key: str, n_buckets: int, bucket_s: float) -> dict[str, np.ndarray]:
     diffs: dict[str, np.ndarray] = {}
     for rec in recs:
-        start = rec["arrival_s"]
+        start = rec["arrival_s"] + BACKLOG_GRACE_S
         end = rec["scheduled_s"] if rec["scheduled_s"] is not None else rec["finish_s"]
         if end is None or end <= start:
             continue

@@ -44,7 +44,7 @@ class Request:
         "predicted_output", "status", "reason", "num_computed", "num_output", "num_preemptions",
         "scheduled_s", "first_token_s", "finish_s", "last_preempt_s", "enqueued_s",
         "consecutive_prefill", "blocks", "charged", "recomputed_tokens", "swapped_bytes",
-        "ttft_slo_s", "tpot_slo_s", "payload", "qtoken", "used_cost",
+        "ttft_slo_s", "tpot_slo_s", "payload", "qtoken", "used_cost", "predicted_wait_s",
     )
 
     def __init__(self, request_id: str, seq: int, tenant: str, klass: str, arrival_s: float,
@@ -85,6 +85,7 @@ class Request:
         self.charged = 0.0             # predicted cost charged to the tenant, corrected as it runs
         self.recomputed_tokens = 0
         self.swapped_bytes = 0
+        self.predicted_wait_s: float | None = None
         self.used_cost = 0.0           # cost actually served (never counts recomputation)
         self.qtoken = 0                # bumped on every enqueue/dequeue; lazy heap entries carry it
 

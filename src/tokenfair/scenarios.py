@@ -5,7 +5,8 @@ operator would write for it (``data/contracts/<name>.yaml``).  Poisson arrivals;
 log-normal around the stated medians, clipped.
 
 * ``hol``   -- a chat tenant's short requests behind 20K-token document prompts.
-* ``whale`` -- a whale and a mid tenant both over capacity, four small tenants.
+* ``whale`` -- a whale and a mid tenant that both ask for more than their share, four small
+  tenants sending RAG-sized prompts now and then.
 * ``flood`` -- sustained front-end (interactive) flood next to a low-priority batch class.
 * ``burst`` -- streaming decodes, then a burst of 8K-token prefills from a bulk tenant.
 """
@@ -45,16 +46,16 @@ def _rows(name: str, items: list[tuple]) -> Workload:
 
 def _hol(rng: np.random.Generator) -> list[tuple]:
     dur = 300.0
-    return (_stream(rng, "chat", 6.0, 0, dur, (300, 0.6, 16, 2000), (150, 0.6, 8, 800))
+    return (_stream(rng, "chat", 3.5, 0, dur, (800, 0.5, 32, 3000), (150, 0.6, 8, 800))
             + _stream(rng, "docs", 0.4, 0, dur, (20000, 0.05, 18000, 22000), (200, 0.5, 16, 800)))
 
 
 def _whale(rng: np.random.Generator) -> list[tuple]:
     dur = 300.0
     items = (_stream(rng, "whale", 6.0, 0, dur, (1000, 0.7, 32, 8000), (300, 0.7, 8, 1500))
-             + _stream(rng, "mid", 3.5, 0, dur, (800, 0.7, 32, 8000), (300, 0.7, 8, 1500)))
+             + _stream(rng, "mid", 5.0, 0, dur, (800, 0.7, 32, 8000), (300, 0.7, 8, 1500)))
     for k in range(4):
-        items += _stream(rng, f"small-{k}", 0.5, 0, dur, (500, 0.6, 16, 4000), (150, 0.6, 8, 800))
+        items += _stream(rng, f"small-{k}", 0.5, 0, dur, (1500, 0.5, 64, 6000), (150, 0.6, 8, 800))
     return items
 
 

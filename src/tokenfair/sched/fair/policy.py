@@ -107,6 +107,7 @@ class FairPolicy(Policy):
         reason = self.admission.on_arrival(t, req)
         if reason is None and req.max_wait_s is not None and self.contract.admission.shed_over_max_wait:
             wait = self.predicted_wait_s(t, now)
+            req.predicted_wait_s = wait
             limit = self.contract.admission.shed_margin * req.max_wait_s
             if wait > limit:
                 reason = (f"overloaded: predicted wait {wait:.1f}s exceeds {limit:.1f}s "
@@ -121,14 +122,15 @@ class FairPolicy(Policy):
         return self.recent_total / self.share_tau_s
 
     def predicted_wait_s(self, t: TenantState, now: float) -> float:
-        """Queued predicted cost of ``t`` over the rate it gets now (decayed recent service),
-        never over less than its weight share among all tenants seen (its guaranteed floor)."""
+        """Queued predicted cost of ``t`` over the rate its queue drains (predicted cost of its
+        admissions per second, decayed; both in predicted units, so prediction bias cancels),
+        never over less than its weight share of the engine's rate (its guaranteed floor)."""
         rate = self.service_rate(now)
         if rate is None or t.queued_cost <= 0:
             return 0.0
-        floor = rate * t.weight / max(self.total_weight, t.weight)   # least it is guaranteed
-        recent = t.decayed_recent(now, self.share_tau_s) / self.share_tau_s
-        return t.queued_cost / max(floor, recent, 1e-9)
+        floor = rate * t.weight / max(self.total_weight, t.weight)
+        drain = t.decayed_admitted(now, self.share_tau_s) / self.share_tau_s
+        return t.queued_cost / max(floor, drain, 1e-9)
 
     def enqueue(self, req: Request, now: float) -> None:
         t = self.tenant(req.tenant, now)
@@ -244,16 +246,19 @@ class FairPolicy(Policy):
         return self.admission.can_admit(t, req, num_running, self.predicted_cost(req), now)
 
     def defer_prefill(self, req: Request, now: float) -> bool:
-        """A running prefill of a tenant above its share waits behind the new admissions of
-        a tenant below its share (``under_share``): a heavy tenant's long prefill cannot hold
-        a light tenant's short request back.  The deferred chunk gets the budget left."""
+        """A running prefill waits behind the new admissions of a waiting tenant that was
+        recently served clearly less (normalised by weight) than this one: a heavy tenant's
+        long prefill cannot hold a light tenant's request back.  The deferred chunk gets the
+        budget left after admissions."""
         if not self.num_queued:
             return False
         mine = self.tenants[req.tenant]
-        other = self.wfq.pick({mine.name})
-        if other is None or not self.under_share(other, now) or self.under_share(mine, now):
+        other = self.wfq.pick({mine.name}, prefer=lambda x: self.under_share(x, now))
+        if other is None:
             return False
-        return True
+        tau = self.share_tau_s
+        return (other.decayed_recent(now, tau) / other.weight
+                < LIGHT_FRACTION * mine.decayed_recent(now, tau) / mine.weight)
 
     def under_share(self, t: TenantState, now: float) -> bool:
         """Recently served (decayed, normalised by weight) clearly below the most served
@@ -321,6 +326,8 @@ class FairPolicy(Policy):
             cost = self.predicted_cost(req)
             req.charged = cost
             t.prepaid += cost
+            t.decayed_admitted(now, self.share_tau_s)
+            t.admitted += cost
             self.wfq.charge(t, cost)
             self.admission.on_admit(t, cost)
 

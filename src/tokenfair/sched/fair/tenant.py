@@ -10,7 +10,7 @@ from ...request import Request
 
 class TenantState:
     __slots__ = ("name", "spec", "weight", "vtime", "num_waiting", "running", "bucket",
-                 "bucket_t", "recent", "recent_t", "queued_cost", "queues", "idle_since", "kv_peak", "slots_peak", "peak_t", "prepaid", "head_cost", "stamp", "active")
+                 "bucket_t", "recent", "recent_t", "queued_cost", "queues", "idle_since", "kv_peak", "slots_peak", "peak_t", "prepaid", "head_cost", "stamp", "active", "admitted", "admitted_t")
 
     def __init__(self, name: str, spec: TenantSpec, now: float) -> None:
         self.name = name
@@ -18,6 +18,8 @@ class TenantState:
         self.weight = spec.weight
         self.vtime = 0.0            # normalised service S_i (cost / weight), see wfq.py
         self.head_cost = 0.0        # predicted cost of its next request (for finish tags)
+        self.admitted = 0.0         # decayed predicted cost of its admissions (queue drain)
+        self.admitted_t = now
         self.active = False         # has waiting or running requests
         self.stamp = 0              # bumped on every re-key in the WFQ heap
         self.prepaid = 0.0          # charged but not yet served cost of its admitted requests
@@ -53,6 +55,12 @@ class TenantState:
     def served_vtime(self) -> float:
         """S_i without the prepaid part: what the tenant has actually been served, normalised."""
         return self.vtime - self.prepaid / self.weight
+
+    def decayed_admitted(self, now: float, tau_s: float) -> float:
+        if now > self.admitted_t:
+            self.admitted *= math.exp(-(now - self.admitted_t) / tau_s)
+            self.admitted_t = now
+        return self.admitted
 
     def kv_blocks(self) -> int:
         return sum(r.blocks for r in self.running)
