@@ -55,7 +55,7 @@ def _whale(rng: np.random.Generator) -> list[tuple]:
     items = (_stream(rng, "whale", 6.0, 0, dur, (1000, 0.7, 32, 8000), (300, 0.7, 8, 1500))
              + _stream(rng, "mid", 5.0, 0, dur, (800, 0.7, 32, 8000), (300, 0.7, 8, 1500)))
     for k in range(4):
-        items += _stream(rng, f"small-{k}", 0.5, 0, dur, (1500, 0.5, 64, 6000), (150, 0.6, 8, 800))
+        items += _stream(rng, f"small-{k}", 0.3, 0, dur, (1500, 0.5, 64, 6000), (150, 0.6, 8, 800))
     return items
 
 

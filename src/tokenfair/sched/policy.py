@@ -80,7 +80,7 @@ class Policy:
     def first_chunk(self, req: Request, budget_left: int) -> int:
         return min(req.num_uncomputed, budget_left, self.max_chunk())
 
-    def prefill_budget(self, running: list[Request]) -> int:
+    def prefill_budget(self, running: list[Request], now: float) -> int:
         """This step's prefill token budget (the contract's, unless the policy shapes it)."""
         return self.contract.engine.prefill_token_budget
 
@@ -90,6 +90,10 @@ class Policy:
 
     def max_chunk(self) -> int:
         return self.contract.engine.chunk_size
+
+    def chunk_for(self, req: Request, now: float) -> int:
+        """The largest prefill chunk ``req`` may take this step (default: ``max_chunk``)."""
+        return self.max_chunk()
 
     def kv_blocks_to_admit(self, req: Request, first_chunk: int) -> int:
         """Free blocks that must exist before ``req`` is admitted."""

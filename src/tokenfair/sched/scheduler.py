@@ -83,7 +83,7 @@ class IterationScheduler:
                 pool.host_used -= pool.blocks_for(req.num_computed)
             self._end(req, Status.EXPIRED, reason, now)
             out.aborted.append(req)
-        budget = Budget(policy.prefill_budget(self.running), eng.decode_token_budget, policy.shared_budget)
+        budget = Budget(policy.prefill_budget(self.running, now), eng.decode_token_budget, policy.shared_budget)
         max_chunk = policy.max_chunk()
         deferred: list[Request] = []
         self._schedule_running(out, budget, max_chunk, now, honor_cap=True, deferred=deferred)
@@ -95,13 +95,28 @@ class IterationScheduler:
             self._admit(out, budget, max_chunk, now)
         for req in deferred:
             # prefills the policy put after new admissions get what budget is left
-            n = min(req.num_uncomputed, max_chunk, budget.prefill_left)
+            n = min(req.num_uncomputed, policy.chunk_for(req, now), budget.prefill_left)
             if n > 0 and self.pool.can_grow(req, n):
                 self.pool.grow(req, n)
                 budget.take_prefill(n)
                 req.consecutive_prefill += 1
                 out.prefill.append((req, n))
+        if budget.prefill_left > 0 and out.prefill:
+            self._top_up_prefills(out, budget)
         return out
+
+    def _top_up_prefills(self, out: SchedulerOutput, budget: Budget) -> None:
+        """Work-conserving: prefill budget nobody else could use extends this step's chunks
+        (in schedule order) up to each request's remaining prompt."""
+        pool = self.pool
+        for idx, (req, n) in enumerate(out.prefill):
+            if budget.prefill_left <= 0:
+                return
+            extra = min(req.num_uncomputed - n, budget.prefill_left)
+            if extra > 0 and pool.can_grow(req, n + extra):
+                pool.grow(req, n + extra)
+                budget.take_prefill(extra)
+                out.prefill[idx] = (req, n + extra)
 
     def _schedule_running(self, out: SchedulerOutput, budget: Budget, max_chunk: int, now: float,
                           honor_cap: bool, deferred: list[Request] | None) -> None:
@@ -119,7 +134,7 @@ class IterationScheduler:
                     deferred.append(req)
                     kept.append(req)
                     continue
-                n = min(req.num_uncomputed, max_chunk, budget.prefill_left)
+                n = min(req.num_uncomputed, policy.chunk_for(req, now), budget.prefill_left)
                 if n <= 0 or (honor_cap and req.consecutive_prefill >= cap
                               and (num_prefilling > 1 or policy.num_waiting() > 0)):
                     req.consecutive_prefill = 0
@@ -167,7 +182,7 @@ class IterationScheduler:
                 continue
             fits_slot = len(running) < max_running
             swapped = cand.status is Status.SWAPPED
-            n = 0 if swapped else min(cand.num_uncomputed, budget.prefill_left, max_chunk)
+            n = 0 if swapped else min(cand.num_uncomputed, budget.prefill_left, policy.chunk_for(cand, now))
             if swapped:
                 fits_kv = pool.can_swap_in(cand)
             else:

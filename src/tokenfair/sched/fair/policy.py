@@ -75,6 +75,7 @@ class FairPolicy(Policy):
         self.total_weight = 0.0
         self._now = 0.0
         self.active_weight = 0.0
+        self._light_prefilling = False
         self._level_t = float("-inf")
         self._level_v = 0.0
         adm = contract.admission
@@ -217,8 +218,11 @@ class FairPolicy(Policy):
         return best
 
     # -- batching ------------------------------------------------------------------------
-    def prefill_budget(self, running: list[Request]) -> int:
+    def prefill_budget(self, running: list[Request], now: float) -> int:
         budget = self.contract.engine.prefill_token_budget
+        self._now = now
+        self._light_prefilling = any(r.in_prefill and self.under_share(self.tenants[r.tenant], now)
+                                     for r in running)
         slo = min((r.tpot_slo_s for r in running if r.tpot_slo_s is not None and not r.in_prefill),
                   default=None)
         if slo is None:
@@ -227,15 +231,22 @@ class FairPolicy(Policy):
         ctx, n = sum(decodes), len(decodes)
         target = TPOT_MARGIN * slo
         step = self.profile.step_s
-        while budget > MIN_PREFILL_BUDGET and step([(budget, 0)], ctx, n) > target:
-            budget //= 2
-        return max(budget, MIN_PREFILL_BUDGET)
+        if step([(budget, 0)], ctx, n) <= target:
+            return budget
+        lo, hi = MIN_PREFILL_BUDGET, budget      # the largest multiple of 64 that fits (bisection)
+        while hi - lo > 64:
+            mid = (lo + hi) // 128 * 64
+            if step([(mid, 0)], ctx, n) <= target:
+                lo = mid
+            else:
+                hi = mid
+        return lo
 
     # -- admission -----------------------------------------------------------------------
     def can_admit(self, req: Request, now: float, num_running: int) -> bool:
         t = self.tenants[req.tenant]
         chunk = self.contract.engine.chunk_size
-        if req.num_uncomputed > chunk:
+        if req.num_uncomputed > chunk and not self.under_share(t, now):
             long_prefills = sum(1 for r in t.running if r.num_uncomputed > chunk)
             if long_prefills >= self.contract.engine.max_long_prefills_per_tenant:
                 return False
@@ -245,14 +256,28 @@ class FairPolicy(Policy):
             return False
         return self.admission.can_admit(t, req, num_running, self.predicted_cost(req), now)
 
+    def chunk_for(self, req: Request, now: float) -> int:
+        """A light tenant's prefill that can finish within one step's budget may take it all
+        (it cannot monopolise what it is entitled to); everything else is capped at
+        ``chunk_size``, so a 20K prompt never holds a step."""
+        eng = self.contract.engine
+        if req.num_uncomputed <= eng.prefill_token_budget and self.under_share(self.tenants[req.tenant], now):
+            return eng.prefill_token_budget
+        return eng.chunk_size
+
     def defer_prefill(self, req: Request, now: float) -> bool:
-        """A running prefill waits behind the new admissions of a waiting tenant that was
-        recently served clearly less (normalised by weight) than this one: a heavy tenant's
-        long prefill cannot hold a light tenant's request back.  The deferred chunk gets the
-        budget left after admissions."""
+        """A running prefill of a tenant that is not light waits behind the new admissions
+        and running prefills of light tenants (``under_share``), and behind the admissions
+        of a waiting tenant recently served clearly less than its own tenant: a heavy
+        tenant's long prefill cannot hold a light tenant's request back.  The deferred
+        chunk gets the budget left after admissions."""
+        mine = self.tenants[req.tenant]
+        if self.under_share(mine, now):
+            return False
+        if self._light_prefilling:
+            return True
         if not self.num_queued:
             return False
-        mine = self.tenants[req.tenant]
         other = self.wfq.pick({mine.name}, prefer=lambda x: self.under_share(x, now))
         if other is None:
             return False
@@ -261,13 +286,13 @@ class FairPolicy(Policy):
                 < LIGHT_FRACTION * mine.decayed_recent(now, tau) / mine.weight)
 
     def under_share(self, t: TenantState, now: float) -> bool:
-        """Recently served (decayed, normalised by weight) clearly below the most served
-        active tenant: such a tenant is below the max-min water level (its demand is met
-        or it is owed), so it gets latency priority over the heaviest ones."""
+        """A *light* tenant: recently served (decayed, normalised by weight) clearly less than
+        the most served active tenant, i.e. below the max-min water level: its demand is met
+        or it is owed, so it gets latency priority over the heaviest ones."""
         return t.decayed_recent(now, self.share_tau_s) / t.weight < LIGHT_FRACTION * self._level(now)
 
     def _level(self, now: float) -> float:
-        """Max normalised recent service over active tenants; O(T), recomputed every 0.25 s."""
+        """Max normalised recent service over active tenants; O(T), refreshed every 0.25 s."""
         if now - self._level_t >= LEVEL_REFRESH_S or self._level_t > now:
             self._level_t = now
             self._level_v = max((t.decayed_recent(now, self.share_tau_s) / t.weight
