@@ -53,7 +53,7 @@ class CheckingEngine:
         return self.sim.execute(out)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=rows_strategy, policy=st.sampled_from(POLICIES), kv_tokens=st.integers(700, 3000),
        max_running=st.integers(1, 8), mode=st.sampled_from(["recompute", "swap", "auto"]))
 def test_invariants_hold_and_every_request_ends_once(rows, policy, kv_tokens, max_running, mode):

@@ -47,11 +47,11 @@ class BlockPool:
         return freed
 
     def can_swap_out(self, req: Request) -> bool:
-        return self.host_used + req.blocks <= self.host_blocks
+        return self.host_used + self.blocks_for(req.num_computed) <= self.host_blocks
 
     def swap_out(self, req: Request) -> int:
         """Move ``req``'s blocks to host memory; returns the number of blocks moved."""
-        moved = req.blocks
+        moved = self.blocks_for(req.num_computed)   # blocks grown for an unrun chunk are just freed
         self.host_used += moved
         self.release(req)
         return moved

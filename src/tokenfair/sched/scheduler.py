@@ -206,7 +206,7 @@ class IterationScheduler:
             if swapped:
                 pool.swap_in(cand)
                 out.swapped_in.append(cand)
-                if cand.in_prefill or not budget.can_decode():
+                if cand.in_prefill or not budget.can_decode() or not pool.can_grow(cand, 1):
                     continue
                 pool.grow(cand, 1)
                 budget.take_decode()
