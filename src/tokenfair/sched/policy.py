@@ -80,8 +80,9 @@ class Policy:
     def first_chunk(self, req: Request, budget_left: int) -> int:
         return min(req.num_uncomputed, budget_left, self.max_chunk())
 
-    def prefill_budget(self, running: list[Request], now: float) -> int:
-        """This step's prefill token budget (the contract's, unless the policy shapes it)."""
+    def prefill_budget(self, last_step: tuple[int, int, list[Request]], now: float) -> int:
+        """This step's prefill token budget (the contract's, unless the policy shapes it).
+        ``last_step``: the previous step's (decodes, their context sum, running prefills)."""
         return self.contract.engine.prefill_token_budget
 
     def defer_prefill(self, req: Request, now: float) -> bool:
@@ -105,6 +106,11 @@ class Policy:
 
     def on_served(self, req: Request, prefill_tokens: int, decoded: int, now: float) -> None:
         pass
+
+    def on_decoded(self, reqs: list[Request], now: float) -> None:
+        """Each of ``reqs`` decoded one token this step (batched: the hot path)."""
+        for req in reqs:
+            self.on_served(req, 0, 1, now)
 
     def on_step_end(self, now: float, duration_s: float) -> None:
         pass

@@ -45,6 +45,7 @@ class IterationScheduler:
         self.num_preemptions = 0
         self.num_recomputed_tokens = 0
         self.num_swapped_blocks = 0
+        self.step_stats: tuple[int, int, list[Request]] = (0, 0, [])   # last step: decodes, ctx sum, prefills
 
     # -- intake -------------------------------------------------------------------------
     def add_request(self, req: Request, now: float) -> None:
@@ -83,7 +84,7 @@ class IterationScheduler:
                 pool.host_used -= pool.blocks_for(req.num_computed)
             self._end(req, Status.EXPIRED, reason, now)
             out.aborted.append(req)
-        budget = Budget(policy.prefill_budget(self.running, now), eng.decode_token_budget, policy.shared_budget)
+        budget = Budget(policy.prefill_budget(self.step_stats, now), eng.decode_token_budget, policy.shared_budget)
         max_chunk = policy.max_chunk()
         deferred: list[Request] = []
         self._schedule_running(out, budget, max_chunk, now, honor_cap=True, deferred=deferred)
@@ -120,51 +121,84 @@ class IterationScheduler:
 
     def _schedule_running(self, out: SchedulerOutput, budget: Budget, max_chunk: int, now: float,
                           honor_cap: bool, deferred: list[Request] | None) -> None:
+        """Running requests in admission order.  Decodes take the fast path (O(1) each: a new
+        KV block only when the context crosses a block boundary); prefills and KV shortage
+        the general one.  Also records this step's decode count, context sum and running
+        prefills in ``step_stats`` for the policy's next budget decision."""
         eng = self.contract.engine
         policy, pool, running = self.policy, self.pool, self.running
+        bs = pool.block_size
         kept: list[Request] = []
+        decode = out.decode
+        prefilling: list[Request] = []
         num_prefilling = sum(1 for r in running if r.in_prefill) if honor_cap else 0
         cap = eng.max_consecutive_prefill_steps
+        shared = budget.shared
+        ctx_sum = 0
         i = 0
-        while i < len(running):
+        n_running = len(running)
+        while i < n_running:
             req = running[i]
             i += 1
-            if req.in_prefill:
-                if deferred is not None and policy.defer_prefill(req, now):
-                    deferred.append(req)
+            if req.num_output and req.prompt_tokens + req.num_output - req.num_computed == 1:
+                # decode fast path
+                left = budget.prefill_left if shared else budget.decode_left
+                if left <= 0:
                     kept.append(req)
                     continue
-                n = min(req.num_uncomputed, policy.chunk_for(req, now), budget.prefill_left)
-                if n <= 0 or (honor_cap and req.consecutive_prefill >= cap
-                              and (num_prefilling > 1 or policy.num_waiting() > 0)):
-                    req.consecutive_prefill = 0
-                    kept.append(req)
-                    continue
-            else:
-                if not budget.can_decode():
-                    kept.append(req)
-                    continue
-                n = 1
+                if req.num_computed >= req.blocks * bs:
+                    while pool.num_free == 0 and self._make_room(req, running, i, out, now):
+                        pass
+                    n_running = len(running)
+                    if req.status is not Status.RUNNING:
+                        continue
+                    pool.num_free -= 1
+                    req.blocks += 1
+                if shared:
+                    budget.prefill_left -= 1
+                else:
+                    budget.decode_left -= 1
+                kept.append(req)
+                decode.append(req)
+                ctx_sum += req.num_computed
+                continue
+            prefilling.append(req)
+            if deferred is not None and policy.defer_prefill(req, now):
+                deferred.append(req)
+                kept.append(req)
+                continue
+            n = min(req.num_uncomputed, policy.chunk_for(req, now), budget.prefill_left)
+            if n <= 0 or (honor_cap and req.consecutive_prefill >= cap
+                          and (num_prefilling > 1 or policy.num_waiting() > 0)):
+                req.consecutive_prefill = 0
+                kept.append(req)
+                continue
             while not pool.can_grow(req, n):
-                victim = policy.victim_for_kv(running[i:], req, now)
-                if victim is None:
-                    victim = req
-                self._preempt(victim, out, now)
-                if victim is req:
+                if not self._make_room(req, running, i, out, now):
                     break
-                running.remove(victim)
+            n_running = len(running)
             if req.status is not Status.RUNNING:
                 continue
             pool.grow(req, n)
             kept.append(req)
-            if req.in_prefill:
-                budget.take_prefill(n)
-                req.consecutive_prefill += 1
-                out.prefill.append((req, n))
-            else:
-                budget.take_decode()
-                out.decode.append(req)
+            budget.take_prefill(n)
+            req.consecutive_prefill += 1
+            out.prefill.append((req, n))
         self.running = kept
+        self.step_stats = (len(decode), ctx_sum, prefilling)
+
+    def _make_room(self, req: Request, running: list[Request], i: int, out: SchedulerOutput,
+                   now: float) -> bool:
+        """Evict the policy's victim among the not-yet-scheduled running requests (or ``req``
+        itself) so ``req`` can grow; False when ``req`` was the one evicted."""
+        victim = self.policy.victim_for_kv(running[i:], req, now)
+        if victim is None:
+            victim = req
+        self._preempt(victim, out, now)
+        if victim is req:
+            return False
+        running.remove(victim)
+        return True
 
     def _admit(self, out: SchedulerOutput, budget: Budget, max_chunk: int, now: float) -> None:
         policy, pool, running = self.policy, self.pool, self.running
@@ -255,14 +289,19 @@ class IterationScheduler:
                 if req.first_token_s is None:
                     req.first_token_s = now
             policy.on_served(req, n, 1 if sampled else 0, now)
-        for req in out.decode:
+        decoded: list[Request] = []
+        reached_max: list[Request] = []
+        for req in out.decode:                      # hot loop: O(1) per decoding request
             if req.status is not Status.RUNNING:
                 continue
             req.num_computed += 1
             req.num_output += 1
             if req.first_token_s is None:
                 req.first_token_s = now
-            policy.on_served(req, 0, 1, now)
+            decoded.append(req)
+            if req.num_output >= req.max_tokens:
+                reached_max.append(req)
+        policy.on_decoded(decoded, now)
         done: list[Request] = []
         for req, reason in result.failed:
             if req.status is Status.RUNNING:
@@ -272,8 +311,8 @@ class IterationScheduler:
             if req.status is Status.RUNNING:
                 done.append(req)
                 self._end(req, Status.FINISHED, "eos_or_length", now)
-        for req in out.decode:
-            if req.status is Status.RUNNING and req.num_output >= req.max_tokens:
+        for req in reached_max:
+            if req.status is Status.RUNNING:
                 done.append(req)
                 self._end(req, Status.FINISHED, "max_tokens", now)
         if done:

@@ -76,6 +76,8 @@ class FairPolicy(Policy):
         self._now = 0.0
         self.active_weight = 0.0
         self._light_prefilling = False
+        slos = [k.tpot_slo_s for k in contract.classes.values() if k.tpot_slo_s is not None]
+        self._min_tpot_slo = min(slos) if slos else None
         self._level_t = float("-inf")
         self._level_v = 0.0
         adm = contract.admission
@@ -218,17 +220,17 @@ class FairPolicy(Policy):
         return best
 
     # -- batching ------------------------------------------------------------------------
-    def prefill_budget(self, running: list[Request], now: float) -> int:
+    def prefill_budget(self, last_step: tuple[int, int, list[Request]], now: float) -> int:
+        """The contract's prefill budget, shaped so the predicted step (with last step's decode
+        batch) stays within ``TPOT_MARGIN`` x the tightest TPOT SLO of a running request:
+        bisection over multiples of 64, O(log budget) cost-model calls."""
         budget = self.contract.engine.prefill_token_budget
         self._now = now
-        self._light_prefilling = any(r.in_prefill and self.under_share(self.tenants[r.tenant], now)
-                                     for r in running)
-        slo = min((r.tpot_slo_s for r in running if r.tpot_slo_s is not None and not r.in_prefill),
-                  default=None)
-        if slo is None:
+        n, ctx, prefilling = last_step
+        self._light_prefilling = any(self.under_share(self.tenants[r.tenant], now) for r in prefilling)
+        slo = self._min_tpot_slo
+        if slo is None or n == 0:
             return budget
-        decodes = [r.num_computed for r in running if not r.in_prefill]
-        ctx, n = sum(decodes), len(decodes)
         target = TPOT_MARGIN * slo
         step = self.profile.step_s
         if step([(budget, 0)], ctx, n) <= target:
@@ -350,7 +352,6 @@ class FairPolicy(Policy):
         if req.charged == 0.0:
             cost = self.predicted_cost(req)
             req.charged = cost
-            t.prepaid += cost
             t.decayed_admitted(now, self.share_tau_s)
             t.admitted += cost
             self.wfq.charge(t, cost)
@@ -369,7 +370,6 @@ class FairPolicy(Policy):
         used = self._used(req)
         delta = used - req.used_cost
         if delta > 0:
-            t.prepaid -= min(delta, max(0.0, req.charged - req.used_cost))
             req.used_cost = used
             if used > req.charged:
                 self.wfq.charge(t, used - req.charged)
@@ -382,6 +382,35 @@ class FairPolicy(Policy):
         t.recent += served
         if req.klass in self.class_recent:
             self.class_recent[req.klass] += served
+
+    def on_decoded(self, reqs: list[Request], now: float) -> None:
+        """One decode token each: O(1) per request, tenant updates aggregated per tenant."""
+        wd = self.wd
+        per_tenant: dict[str, int] = {}
+        charge = self.wfq.charge
+        tenants = self.tenants
+        for req in reqs:
+            used = req.used_cost + wd
+            req.used_cost = used
+            if used > req.charged:
+                charge(tenants[req.tenant], used - req.charged)
+                req.charged = used
+            per_tenant[req.tenant] = per_tenant.get(req.tenant, 0) + 1
+        served_total = 0.0
+        tau = self.share_tau_s
+        class_recent = self.class_recent
+        for name, k in per_tenant.items():
+            t = tenants[name]
+            t.decayed_recent(now, tau)
+            t.recent += wd * k
+            served_total += wd * k
+        if class_recent:
+            for req in reqs:
+                if req.klass in class_recent:
+                    class_recent[req.klass] += wd
+        self.recent_total += served_total
+        if self.first_service_s is None and reqs:
+            self.first_service_s = now
 
     def on_step_end(self, now: float, duration_s: float) -> None:
         self._reserved_cache = None
@@ -399,7 +428,6 @@ class FairPolicy(Policy):
         self._touch(t)
         unused = req.charged - req.used_cost
         if unused > 0:
-            t.prepaid = max(0.0, t.prepaid - unused)
             self.wfq.refund(t, unused)
             req.charged -= unused
 

@@ -10,7 +10,7 @@ from ...request import Request
 
 class TenantState:
     __slots__ = ("name", "spec", "weight", "vtime", "num_waiting", "running", "bucket",
-                 "bucket_t", "recent", "recent_t", "queued_cost", "queues", "idle_since", "kv_peak", "slots_peak", "peak_t", "prepaid", "head_cost", "stamp", "active", "admitted", "admitted_t")
+                 "bucket_t", "recent", "recent_t", "queued_cost", "queues", "idle_since", "kv_peak", "slots_peak", "peak_t", "head_cost", "stamp", "active", "admitted", "admitted_t")
 
     def __init__(self, name: str, spec: TenantSpec, now: float) -> None:
         self.name = name
@@ -22,7 +22,6 @@ class TenantState:
         self.admitted_t = now
         self.active = False         # has waiting or running requests
         self.stamp = 0              # bumped on every re-key in the WFQ heap
-        self.prepaid = 0.0          # charged but not yet served cost of its admitted requests
         self.num_waiting = 0
         self.running: set[Request] = set()
         self.bucket = spec.rate_limit.burst_tokens if spec.rate_limit else 0.0
@@ -50,11 +49,6 @@ class TenantState:
             self.recent *= math.exp(-(now - self.recent_t) / tau_s)
             self.recent_t = now
         return self.recent
-
-    @property
-    def served_vtime(self) -> float:
-        """S_i without the prepaid part: what the tenant has actually been served, normalised."""
-        return self.vtime - self.prepaid / self.weight
 
     def decayed_admitted(self, now: float, tau_s: float) -> float:
         if now > self.admitted_t:

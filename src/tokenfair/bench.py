@@ -1,0 +1,104 @@
+"""Benchmarks (not timed tests): scheduler overhead per iteration and simulator speed.
+
+``bench_scheduler``: a steady decode state -- ``running`` requests decoding, ``waiting``
+requests queued over ``tenants`` tenants, slots full -- then the median wall time of
+``schedule()`` + ``update_from_output()`` over repeated iterations.
+``bench_sim``: one simulation per policy, each in a fresh process (so peak RSS is its own),
+reporting wall seconds, simulated requests per second and peak RSS.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+from .contract import parse_contract
+from .costmodel import load_profile
+from .request import Request
+from .sched.interface import StepResult
+from .sched.registry import make_policy
+from .sched.scheduler import IterationScheduler
+
+
+def _steady_state(policy: str, running: int, waiting: int, tenants: int) -> IterationScheduler:
+    contract = parse_contract({
+        "default_tenant": {"weight": 1, "max_queued": 1_000_000},
+        "engine": {"max_running": running, "decode_token_budget": running, "prefill_token_budget": 2048,
+                   "chunk_size": 512},
+        "admission": {"shed_over_max_wait": False},
+    })
+    sched = IterationScheduler(make_policy(policy), contract, load_profile(None))
+    seq = 0
+    now = 0.0
+    for i in range(running):          # admit, prefill and start decoding `running` requests
+        req = Request(f"r{seq}", seq, f"t{i % tenants}", "interactive", now, 128, 1_000_000)
+        seq += 1
+        sched.add_request(req, now)
+    while any(r.in_prefill for r in sched.running) or len(sched.running) < running:
+        out = sched.schedule(now)
+        now += 0.01
+        sched.update_from_output(out, StepResult(0.01), now)
+    for i in range(waiting):
+        req = Request(f"r{seq}", seq, f"t{i % tenants}", "interactive", now, 256, 1_000_000)
+        seq += 1
+        sched.add_request(req, now)
+    return sched
+
+
+def bench_scheduler(policy: str, running: int = 256, waiting: int = 10_000, tenants: int = 1_000,
+                    iterations: int = 300, repeats: int = 3) -> dict:
+    medians = []
+    for _ in range(repeats):
+        sched = _steady_state(policy, running, waiting, tenants)
+        now = 1000.0
+        times = []
+        for _ in range(iterations):
+            t0 = time.perf_counter()
+            out = sched.schedule(now)
+            now += 0.02
+            sched.update_from_output(out, StepResult(0.02), now)
+            times.append(time.perf_counter() - t0)
+        assert len(out.decode) == running, "bench lost its steady decode state"
+        medians.append(statistics.median(times))
+    med = statistics.median(medians)
+    return {"policy": policy, "running": running, "waiting": waiting, "tenants": tenants,
+            "median_ms_per_iteration": med * 1e3, "us_per_running_request": med * 1e6 / running}
+
+
+def _sim_child(spec: dict) -> dict:
+    from .cli_common import resolve_workload
+    from .sim.simulate import simulate_once
+    from .traces import spread_tenants
+    wl, contract = resolve_workload(spec["workload"], spec["seed"])
+    if spec.get("tenants"):
+        wl = spread_tenants(wl, spec["tenants"], seed=spec["seed"])
+    if spec.get("max_requests"):
+        from .traces import limit
+        wl = limit(wl, spec["max_requests"])
+    contract = contract or parse_contract({})
+    t0 = time.perf_counter()
+    res = simulate_once(wl, spec["policy"], contract, load_profile(spec.get("profile")))
+    wall = time.perf_counter() - t0
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"policy": spec["policy"], "requests": len(wl.rows), "wall_s": wall,
+            "requests_per_s": len(wl.rows) / wall, "peak_rss_mb": rss_mb,
+            "engine_steps": res.recorder.num_steps}
+
+
+def bench_sim(workload: str, policy: str, *, tenants: int | None = 20, seed: int = 0,
+              max_requests: int | None = None, profile: str | None = None) -> dict:
+    spec = {"workload": workload, "policy": policy, "tenants": tenants, "seed": seed,
+            "max_requests": max_requests, "profile": profile}
+    proc = subprocess.run([sys.executable, "-m", "tokenfair.bench", json.dumps(spec)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"simulation benchmark failed: {proc.stderr.strip()[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":
+    print(json.dumps(_sim_child(json.loads(sys.argv[1]))))
