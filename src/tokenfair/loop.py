@@ -83,7 +83,10 @@ class RunResult:
 
 
 def run(rows: Sequence[TraceRow], contract: Contract, scheduler: IterationScheduler, engine,
-        clock: Clock | None = None, progress: Callable[[int, int], None] | None = None) -> RunResult:
+        clock: Clock | None = None, progress: Callable[[int, int], None] | None = None,
+        fast_forward: Callable | None = None) -> RunResult:
+    """Run ``rows`` to completion.  ``fast_forward(scheduler, engine, recorder, now,
+    next_arrival) -> now`` may advance runs of identical decode steps at once (simulation)."""
     clock = clock or VirtualClock()
     wall0 = time.perf_counter()
     rec = Recorder(contract.costs)
@@ -113,6 +116,11 @@ def run(rows: Sequence[TraceRow], contract: Contract, scheduler: IterationSchedu
             if i < n:
                 now = clock.idle_until(now, rows[i].arrival_s)
             continue
+        if fast_forward is not None:
+            later = fast_forward(scheduler, engine, rec, now, rows[i].arrival_s if i < n else float("inf"))
+            if later != now:
+                now = later
+                continue                      # hand over the arrivals due by now first
         out = scheduler.schedule(now)
         if out.is_empty and not out.preempted:
             wake = scheduler.policy_wakeup(now)

@@ -38,9 +38,11 @@ class Recorder:
             ts[req.tenant][b] += c
             cs[req.klass][b] += c
             n_tokens += n
-        for req in out.decode:
-            ts[req.tenant][b] += wd
-            cs[req.klass][b] += wd
+        tenants, classes = _counts2(out.decode)
+        for name, cnt in tenants.items():
+            ts[name][b] += wd * cnt
+        for name, cnt in classes.items():
+            cs[name][b] += wd * cnt
         n_tokens += len(out.decode)
         self.tokens[b] += n_tokens
         for req, mode in out.preempted:
@@ -50,6 +52,28 @@ class Recorder:
         self.kv_usage[b] = kv_usage
         self.num_steps += 1
         self.busy_s += duration_s
+
+    def record_run(self, reqs: list, step_ends: list[float], step_durations: list[float],
+                   kv_usage: float) -> None:
+        """A fast-forwarded run of identical decode steps (no prefill, no queue, no preemption):
+        the same buckets as ``record_step`` once per step, aggregated per tenant/class."""
+        wd = self.costs.decode_token
+        tenants, classes = _counts2(reqs)
+        n = len(reqs)
+        steps_per_bucket: dict[int, int] = defaultdict(int)
+        for t_end, dt in zip(step_ends, step_durations):
+            steps_per_bucket[int(t_end // self.bucket_s)] += 1
+            self.busy_s += dt
+        for b, k in steps_per_bucket.items():
+            for name, cnt in tenants.items():
+                self.tenant_service[name][b] += wd * cnt * k
+            for name, cnt in classes.items():
+                self.class_service[name][b] += wd * cnt * k
+            self.tokens[b] += n * k
+            self.queue_len[b] = 0
+            self.running[b] = n
+            self.kv_usage[b] = kv_usage
+        self.num_steps += len(step_ends)
 
     def to_json(self) -> dict:
         return {
@@ -64,3 +88,14 @@ class Recorder:
             "num_steps": self.num_steps,
             "busy_s": self.busy_s,
         }
+
+
+def _counts2(reqs) -> tuple[dict[str, int], dict[str, int]]:
+    """Requests per tenant and per class, in one pass."""
+    tenants: dict[str, int] = {}
+    classes: dict[str, int] = {}
+    tget, cget = tenants.get, classes.get
+    for r in reqs:
+        tenants[r.tenant] = tget(r.tenant, 0) + 1
+        classes[r.klass] = cget(r.klass, 0) + 1
+    return tenants, classes

@@ -266,6 +266,11 @@ class VtcPolicy(_VllmMechanics):
         if decoded:
             self.counters[req.tenant] += self.w_q * decoded / self._weight[req.tenant]
 
+    def on_fast_forward(self, reqs: list[Request], step_ends: list[float], step_durations: list[float]) -> None:
+        k = len(step_ends)
+        for req in reqs:
+            self.counters[req.tenant] += self.w_q * k / self._weight[req.tenant]
+
 
 register("sjf", SjfPolicy)
 register("priority", PriorityPolicy)

@@ -109,8 +109,17 @@ class Policy:
 
     def on_decoded(self, reqs: list[Request], now: float) -> None:
         """Each of ``reqs`` decoded one token this step (batched: the hot path)."""
+        if type(self).on_served is Policy.on_served:
+            return
         for req in reqs:
             self.on_served(req, 0, 1, now)
+
+    def on_fast_forward(self, reqs: list[Request], step_ends: list[float], step_durations: list[float]) -> None:
+        """``reqs`` (all running, all decoding) decoded one token in each of these steps and
+        nothing else happened (see ``sim/fastforward.py``).  Default: replay step by step."""
+        for now, dt in zip(step_ends, step_durations):
+            self.on_decoded(reqs, now)
+            self.on_step_end(now, dt)
 
     def on_step_end(self, now: float, duration_s: float) -> None:
         pass

@@ -96,6 +96,8 @@ class IterationScheduler:
             self._admit(out, budget, max_chunk, now)
         for req in deferred:
             # prefills the policy put after new admissions get what budget is left
+            if req.status is not Status.RUNNING:
+                continue                      # evicted while admitting
             n = min(req.num_uncomputed, policy.chunk_for(req, now), budget.prefill_left)
             if n > 0 and self.pool.can_grow(req, n):
                 self.pool.grow(req, n)
@@ -131,7 +133,7 @@ class IterationScheduler:
         kept: list[Request] = []
         decode = out.decode
         prefilling: list[Request] = []
-        num_prefilling = sum(1 for r in running if r.in_prefill) if honor_cap else 0
+        num_prefilling = len(self.step_stats[2]) + policy.num_waiting()   # prefills last step (O(1))
         cap = eng.max_consecutive_prefill_steps
         shared = budget.shared
         ctx_sum = 0
@@ -168,8 +170,7 @@ class IterationScheduler:
                 kept.append(req)
                 continue
             n = min(req.num_uncomputed, policy.chunk_for(req, now), budget.prefill_left)
-            if n <= 0 or (honor_cap and req.consecutive_prefill >= cap
-                          and (num_prefilling > 1 or policy.num_waiting() > 0)):
+            if n <= 0 or (honor_cap and req.consecutive_prefill >= cap and num_prefilling > 1):
                 req.consecutive_prefill = 0
                 kept.append(req)
                 continue
@@ -240,7 +241,14 @@ class IterationScheduler:
             if swapped:
                 pool.swap_in(cand)
                 out.swapped_in.append(cand)
-                if cand.in_prefill or not budget.can_decode() or not pool.can_grow(cand, 1):
+                if cand.in_prefill:           # swapped out mid-prefill: resume its prompt
+                    n = min(cand.num_uncomputed, budget.prefill_left, policy.chunk_for(cand, now))
+                    if n > 0 and pool.can_grow(cand, n):
+                        pool.grow(cand, n)
+                        budget.take_prefill(n)
+                        out.prefill.append((cand, n))
+                    continue
+                if not budget.can_decode() or not pool.can_grow(cand, 1):
                     continue
                 pool.grow(cand, 1)
                 budget.take_decode()

@@ -25,6 +25,21 @@ class SimEngine:
     def forget(self, req: Request) -> None:
         self._true_len.pop(id(req), None)
 
+    @property
+    def true_lengths(self) -> dict[int, int]:
+        """id(request) -> true output length (for fast-forwarding; never for the scheduler)."""
+        return self._true_len
+
+    def steps_to_first_finish(self, running: list[Request]) -> int:
+        """Steps until the first of ``running`` (all decoding) samples its last token."""
+        true_len = self._true_len
+        return min(true_len[id(r)] - r.num_output for r in running)
+
+    def advance(self, durations: list[float]) -> None:
+        """Account a fast-forwarded run of steps (no swaps), in the per-step order."""
+        for dt in durations:
+            self.busy_s += dt
+
     def execute(self, out: SchedulerOutput) -> StepResult:
         true_len = self._true_len
         finished = []

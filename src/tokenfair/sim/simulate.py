@@ -12,6 +12,7 @@ from ..sched.registry import make_policy
 from ..sched.scheduler import IterationScheduler
 from ..workload import Workload
 from .engine import SimEngine
+from .fastforward import fast_forward
 from .isolated import isolated_e2e
 
 
@@ -24,7 +25,7 @@ class SimOutput:
 
 
 def simulate_once(workload: Workload, policy: str, contract: Contract, profile: Profile,
-                  progress=None) -> RunResult:
+                  progress=None, fast: bool = True) -> RunResult:
     sched = IterationScheduler(make_policy(policy), contract, profile)
     engine = SimEngine(profile)
 
@@ -38,7 +39,18 @@ def simulate_once(workload: Workload, policy: str, contract: Contract, profile: 
         def forget(self, req):
             engine.forget(req)
 
-    res = run(workload.rows, contract, sched, _Adapter(), VirtualClock(), progress)
+        def steps_to_first_finish(self, running):
+            return engine.steps_to_first_finish(running)
+
+        def advance(self, durations):
+            engine.advance(durations)
+
+        true_lengths = engine.true_lengths
+
+        profile = engine.profile
+
+    res = run(workload.rows, contract, sched, _Adapter(), VirtualClock(), progress,
+              fast_forward=fast_forward if fast else None)
     res.extra["swap_s"] = engine.swap_s
     return res
 
