@@ -70,6 +70,65 @@ def scenarios() -> None:
     typer.echo(sc.__doc__.split("\n\n", 2)[2].strip() if sc.__doc__ else ", ".join(SCENARIOS))
 
 
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: medians over repeated runs (not tests).")
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("scheduler")
+def bench_scheduler_cmd(policies: str = typer.Option("fifo,vtc,fair", help="comma-separated policies"),
+                        running: int = typer.Option(256, min=1), waiting: str = typer.Option("10000,100000"),
+                        tenants: int = typer.Option(1000, min=1), iterations: int = typer.Option(300, min=10),
+                        repeats: int = typer.Option(3, min=1), json_out: bool = typer.Option(False, "--json")) -> None:
+    """schedule() + update_from_output() in a steady decode state: median per iteration."""
+    from .bench import bench_scheduler
+    from .sched.registry import make_policy
+    try:
+        names = [p for p in policies.split(",") if p]
+        for p in names:
+            make_policy(p)
+        sizes = [int(w) for w in waiting.split(",") if w]
+    except USER_ERRORS as err:
+        fail(_message(err))
+    rows = [bench_scheduler(p, running, w, tenants, iterations, repeats) for w in sizes for p in names]
+    for r in rows:
+        if json_out:
+            typer.echo(json.dumps(r))
+        else:
+            typer.echo(f"{r['policy']:<8} running={r['running']} waiting={r['waiting']:>6} tenants={r['tenants']} "
+                       f"median {r['median_ms_per_iteration']:.3f} ms/iteration  "
+                       f"{r['us_per_running_request']:.2f} us/running request")
+    if not json_out:
+        base = {(r["policy"], r["waiting"]): r["median_ms_per_iteration"] for r in rows}
+        for p in names:
+            if len(sizes) > 1:
+                typer.echo(f"{p}: {sizes[-1]} waiting / {sizes[0]} waiting = "
+                           f"{base[(p, sizes[-1])] / base[(p, sizes[0])]:.2f}x")
+        if "fifo" in names:
+            for p in names:
+                typer.echo(f"{p} / fifo at {sizes[0]} waiting: {base[(p, sizes[0])] / base[('fifo', sizes[0])]:.2f}x")
+
+
+@bench_app.command("sim")
+def bench_sim_cmd(workload: str = typer.Argument("azure:conv"),
+                  policies: str = typer.Option("fifo,vtc,fair"), tenants: int = typer.Option(20, min=1),
+                  max_requests: Optional[int] = typer.Option(None, min=1), seed: int = 0,
+                  json_out: bool = typer.Option(False, "--json")) -> None:
+    """Simulated requests per second of wall time, one fresh process per policy."""
+    from .bench import bench_sim
+    rows = []
+    for p in [p for p in policies.split(",") if p]:
+        try:
+            rows.append(bench_sim(workload, p, tenants=tenants, seed=seed, max_requests=max_requests))
+        except RuntimeError as err:
+            fail(str(err))
+    for r in rows:
+        if json_out:
+            typer.echo(json.dumps(r))
+        else:
+            typer.echo(f"{r['policy']:<8} requests={r['requests']} wall {r['wall_s']:.2f} s  "
+                       f"{r['requests_per_s']:.0f} requests/s  peak RSS {r['peak_rss_mb']:.0f} MB")
+
+
 def _register_optional() -> None:
     from .cli_compare import compare, demo
     app.command("compare")(compare)
