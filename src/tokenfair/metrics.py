@@ -24,7 +24,7 @@ from typing import Iterable
 import numpy as np
 
 from .contract import Contract
-from .request import Request, Status
+from .request import Request
 
 PROMPT_BUCKETS = ((0, 512, "<512"), (512, 2048, "512-2K"), (2048, 8192, "2K-8K"), (8192, 1 << 62, ">=8K"))
 BACKLOG_FRACTION = 0.95

@@ -61,7 +61,7 @@ def _whale(rng: np.random.Generator) -> list[tuple]:
 
 def _flood(rng: np.random.Generator) -> list[tuple]:
     dur = 300.0
-    return (_stream(rng, "frontend", 8.0, 0, dur, (800, 0.6, 32, 6000), (250, 0.6, 8, 1200), "interactive")
+    return (_stream(rng, "frontend", 10.0, 0, dur, (800, 0.6, 32, 6000), (250, 0.6, 8, 1200), "interactive")
             + _stream(rng, "frontend", 2.0, 0, dur, (300, 0.5, 16, 2000), (80, 0.5, 4, 400), "realtime")
             + _stream(rng, "analytics", 1.5, 0, dur, (2000, 0.5, 64, 8000), (400, 0.5, 16, 1500), "batch"))
 

@@ -21,26 +21,23 @@ victim's tenant.  Configurable layers: ``order`` ("edf" or "fifo") via
 
 from __future__ import annotations
 
-import math
 
-from ...request import Request, Status
+from ...request import Request
 from ..policy import Policy
+from .accounting import AccountingMixin
 from .admission import AdmissionControl
+from .batching import BatchingMixin
+from .shares import SharesMixin
 from .ordering import LazyHeap, best_head, order_key
 from .preemption import PreemptionPolicy
 from .tenant import TenantState
 from .wfq import VirtualTimeWFQ
 
 
-MIN_PREFILL_BUDGET = 128
-PEAK_MARGIN = 1.25
-LIGHT_FRACTION = 0.9
-LEVEL_REFRESH_S = 0.25
 PEAK_TAU_S = 60.0
-TPOT_MARGIN = 0.8
 
 
-class FairPolicy(Policy):
+class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
     name = "fair"
     shared_budget = False
     hol_blocking = False
@@ -109,31 +106,13 @@ class FairPolicy(Policy):
         t = self.tenant(req.tenant, now)
         reason = self.admission.on_arrival(t, req)
         if reason is None and req.max_wait_s is not None and self.contract.admission.shed_over_max_wait:
-            wait = self.predicted_wait_s(t, now)
+            wait = self.predicted_wait_s(t, req, now)
             req.predicted_wait_s = wait
             limit = self.contract.admission.shed_margin * req.max_wait_s
             if wait > limit:
                 reason = (f"overloaded: predicted wait {wait:.1f}s exceeds {limit:.1f}s "
                           f"(class {req.klass!r} max_wait_s {req.max_wait_s}); retry after ~{wait - limit:.0f}s")
         return reason
-
-    def service_rate(self, now: float) -> float | None:
-        """Engine service rate in cost units/s, or None before the warm-up."""
-        if self.first_service_s is None or now - self.first_service_s < max(self.contract.admission.warmup_s,
-                                                                            self.share_tau_s):
-            return None
-        return self.recent_total / self.share_tau_s
-
-    def predicted_wait_s(self, t: TenantState, now: float) -> float:
-        """Queued predicted cost of ``t`` over the rate its queue drains (predicted cost of its
-        admissions per second, decayed; both in predicted units, so prediction bias cancels),
-        never over less than its weight share of the engine's rate (its guaranteed floor)."""
-        rate = self.service_rate(now)
-        if rate is None or t.queued_cost <= 0:
-            return 0.0
-        floor = rate * t.weight / max(self.total_weight, t.weight)
-        drain = t.decayed_admitted(now, self.share_tau_s) / self.share_tau_s
-        return t.queued_cost / max(floor, drain, 1e-9)
 
     def enqueue(self, req: Request, now: float) -> None:
         t = self.tenant(req.tenant, now)
@@ -154,7 +133,7 @@ class FairPolicy(Policy):
             self.class_heaps[req.klass].push(key, req)
             self.class_waiting[req.klass] += 1
         t.num_waiting += 1
-        t.queued_cost += self.predicted_cost(req)
+        t.queued_cost[req.klass] = t.queued_cost.get(req.klass, 0.0) + self.predicted_cost(req)
         self.num_queued += 1
         self._rekey(t, now)
         self._touch(t)
@@ -167,7 +146,8 @@ class FairPolicy(Policy):
         t = self.tenants[req.tenant]
         req.qtoken += 1
         t.num_waiting -= 1
-        t.queued_cost = max(0.0, t.queued_cost - self.predicted_cost(req)) if t.num_waiting else 0.0
+        left = t.queued_cost.get(req.klass, 0.0) - self.predicted_cost(req)
+        t.queued_cost[req.klass] = max(0.0, left) if t.num_waiting else 0.0
         self.num_queued -= 1
         if req.klass in self.class_waiting:
             self.class_waiting[req.klass] -= 1
@@ -220,30 +200,6 @@ class FairPolicy(Policy):
         return best
 
     # -- batching ------------------------------------------------------------------------
-    def prefill_budget(self, last_step: tuple[int, int, list[Request]], now: float) -> int:
-        """The contract's prefill budget, shaped so the predicted step (with last step's decode
-        batch) stays within ``TPOT_MARGIN`` x the tightest TPOT SLO of a running request:
-        bisection over multiples of 64, O(log budget) cost-model calls."""
-        budget = self.contract.engine.prefill_token_budget
-        self._now = now
-        n, ctx, prefilling = last_step
-        self._light_prefilling = any(self.under_share(self.tenants[r.tenant], now) for r in prefilling)
-        slo = self._min_tpot_slo
-        if slo is None or n == 0:
-            return budget
-        target = TPOT_MARGIN * slo
-        step = self.profile.step_s
-        if step([(budget, 0)], ctx, n) <= target:
-            return budget
-        lo, hi = MIN_PREFILL_BUDGET, budget      # the largest multiple of 64 that fits (bisection)
-        while hi - lo > 64:
-            mid = (lo + hi) // 128 * 64
-            if step([(mid, 0)], ctx, n) <= target:
-                lo = mid
-            else:
-                hi = mid
-        return lo
-
     # -- admission -----------------------------------------------------------------------
     def can_admit(self, req: Request, now: float, num_running: int) -> bool:
         t = self.tenants[req.tenant]
@@ -257,49 +213,6 @@ class FairPolicy(Policy):
                 and not self._within_share(t, 0, 1)):
             return False
         return self.admission.can_admit(t, req, num_running, self.predicted_cost(req), now)
-
-    def chunk_for(self, req: Request, now: float) -> int:
-        """A light tenant's prefill that can finish within one step's budget may take it all
-        (it cannot monopolise what it is entitled to); everything else is capped at
-        ``chunk_size``, so a 20K prompt never holds a step."""
-        eng = self.contract.engine
-        if req.num_uncomputed <= eng.prefill_token_budget and self.under_share(self.tenants[req.tenant], now):
-            return eng.prefill_token_budget
-        return eng.chunk_size
-
-    def defer_prefill(self, req: Request, now: float) -> bool:
-        """A running prefill of a tenant that is not light waits behind the new admissions
-        and running prefills of light tenants (``under_share``), and behind the admissions
-        of a waiting tenant recently served clearly less than its own tenant: a heavy
-        tenant's long prefill cannot hold a light tenant's request back.  The deferred
-        chunk gets the budget left after admissions."""
-        mine = self.tenants[req.tenant]
-        if self.under_share(mine, now):
-            return False
-        if self._light_prefilling:
-            return True
-        if not self.num_queued:
-            return False
-        other = self.wfq.pick({mine.name}, prefer=lambda x: self.under_share(x, now))
-        if other is None:
-            return False
-        tau = self.share_tau_s
-        return (other.decayed_recent(now, tau) / other.weight
-                < LIGHT_FRACTION * mine.decayed_recent(now, tau) / mine.weight)
-
-    def under_share(self, t: TenantState, now: float) -> bool:
-        """A *light* tenant: recently served (decayed, normalised by weight) clearly less than
-        the most served active tenant, i.e. below the max-min water level: its demand is met
-        or it is owed, so it gets latency priority over the heaviest ones."""
-        return t.decayed_recent(now, self.share_tau_s) / t.weight < LIGHT_FRACTION * self._level(now)
-
-    def _level(self, now: float) -> float:
-        """Max normalised recent service over active tenants; O(T), refreshed every 0.25 s."""
-        if now - self._level_t >= LEVEL_REFRESH_S or self._level_t > now:
-            self._level_t = now
-            self._level_v = max((t.decayed_recent(now, self.share_tau_s) / t.weight
-                                 for t in self.tenants.values() if t.active), default=0.0)
-        return self._level_v
 
     def _touch(self, t: TenantState) -> None:
         active = t.num_waiting > 0 or bool(t.running)
@@ -317,31 +230,6 @@ class FairPolicy(Policy):
         if not self._within_share(t, need, 0):
             need += self._reserved(now=req.last_preempt_s)[0]
         return need
-
-    def _within_share(self, t: TenantState, extra_blocks: int, extra_slots: int) -> bool:
-        """True when ``t`` stays within its weight share of KV and of slots after admission."""
-        share = t.weight / max(self.total_weight, t.weight)
-        return (t.kv_blocks() + extra_blocks <= share * self.pool.num_blocks
-                and len(t.running) + extra_slots <= share * self.contract.engine.max_running)
-
-    def _reserved(self, now: float) -> tuple[int, int]:
-        """(KV blocks, slots) kept free for tenants within their share: the static headroom,
-        or what those tenants recently used at peak (x ``PEAK_MARGIN``) beyond what they
-        hold now, whichever is larger.  Computed once per step, O(tenants)."""
-        if self._reserved_cache is not None:
-            return self._reserved_cache
-        blocks = slots = 0.0
-        share_blocks = self.pool.num_blocks / max(self.total_weight, 1e-9)
-        share_slots = self.contract.engine.max_running / max(self.total_weight, 1e-9)
-        for t in self.tenants.values():
-            if t.kv_peak <= 0:
-                continue
-            held = t.kv_blocks()
-            if held <= t.weight * share_blocks and len(t.running) <= t.weight * share_slots:
-                blocks += max(0.0, PEAK_MARGIN * t.kv_peak - held)
-                slots += max(0.0, PEAK_MARGIN * t.slots_peak - len(t.running))
-        self._reserved_cache = (max(self.headroom_blocks, int(blocks)), max(self.headroom_slots, int(slots)))
-        return self._reserved_cache
 
     def on_admit(self, req: Request, now: float) -> None:
         t = self.tenants[req.tenant]
@@ -361,108 +249,6 @@ class FairPolicy(Policy):
         return self.admission.wakeup(self.rate_limited, now)
 
     # -- accounting ----------------------------------------------------------------------
-    def _used(self, req: Request) -> float:
-        prompt_done = req.prompt_tokens if req.num_output else req.num_computed
-        return max(req.used_cost, self.wp * prompt_done + self.wd * req.num_output)
-
-    def on_served(self, req: Request, prefill_tokens: int, decoded: int, now: float) -> None:
-        t = self.tenants[req.tenant]
-        used = self._used(req)
-        delta = used - req.used_cost
-        if delta > 0:
-            req.used_cost = used
-            if used > req.charged:
-                self.wfq.charge(t, used - req.charged)
-                req.charged = used
-        served = self.wp * prefill_tokens + self.wd * decoded
-        self.recent_total += served
-        if self.first_service_s is None:
-            self.first_service_s = now
-        t.decayed_recent(now, self.share_tau_s)
-        t.recent += served
-        if req.klass in self.class_recent:
-            self.class_recent[req.klass] += served
-
-    def on_decoded(self, reqs: list[Request], now: float) -> None:
-        """One decode token each: O(1) per request, tenant updates aggregated per tenant."""
-        wd = self.wd
-        per_tenant: dict[str, int] = {}
-        charge = self.wfq.charge
-        tenants = self.tenants
-        for req in reqs:
-            used = req.used_cost + wd
-            req.used_cost = used
-            if used > req.charged:
-                charge(tenants[req.tenant], used - req.charged)
-                req.charged = used
-            per_tenant[req.tenant] = per_tenant.get(req.tenant, 0) + 1
-        served_total = 0.0
-        tau = self.share_tau_s
-        class_recent = self.class_recent
-        for name, k in per_tenant.items():
-            t = tenants[name]
-            t.decayed_recent(now, tau)
-            t.recent += wd * k
-            served_total += wd * k
-        if class_recent:
-            for req in reqs:
-                if req.klass in class_recent:
-                    class_recent[req.klass] += wd
-        self.recent_total += served_total
-        if self.first_service_s is None and reqs:
-            self.first_service_s = now
-
-    def on_fast_forward(self, reqs: list[Request], step_ends: list[float], step_durations: list[float]) -> None:
-        """The effect of ``len(step_ends)`` decode steps at once: per-request charges in one
-        sum, per-tenant decayed service in closed form, the per-step EWMAs replayed (O(k))."""
-        k = len(step_ends)
-        wd, tau = self.wd, self.share_tau_s
-        tenants = self.tenants
-        per_tenant: dict[str, int] = {}
-        per_class: dict[str, int] = {}
-        for req in reqs:
-            used = req.used_cost + wd * k
-            req.used_cost = used
-            if used > req.charged:
-                self.wfq.charge(tenants[req.tenant], used - req.charged)
-                req.charged = used
-            per_tenant[req.tenant] = per_tenant.get(req.tenant, 0) + 1
-            if req.klass in self.class_recent:
-                per_class[req.klass] = per_class.get(req.klass, 0) + 1
-        end = step_ends[-1]
-        weight_sum = sum(math.exp(-(end - t) / tau) for t in step_ends)   # sum_j e^{-(t_k - t_j)/tau}
-        for name, cnt in per_tenant.items():
-            t = tenants[name]
-            t.decayed_recent(end, tau)
-            t.recent += wd * cnt * weight_sum
-        n = len(reqs)
-        for now, dt in zip(step_ends, step_durations):   # replay what on_decoded + on_step_end do
-            self.recent_total += wd * n
-            for c, cnt in per_class.items():
-                self.class_recent[c] += wd * cnt
-            self.on_step_end(now, dt)
-        if self.first_service_s is None:
-            self.first_service_s = step_ends[0]
-
-    def on_step_end(self, now: float, duration_s: float) -> None:
-        self._reserved_cache = None
-        self.step_ewma_s += 0.05 * (duration_s - self.step_ewma_s)
-        decay = math.exp(-duration_s / self.share_tau_s)
-        self.recent_total *= decay
-        for k in self.class_recent:
-            self.class_recent[k] *= decay
-
-    def on_finish(self, req: Request, now: float) -> None:
-        t = self.tenants.get(req.tenant)
-        if t is None:
-            return
-        t.running.discard(req)
-        self._touch(t)
-        unused = req.charged - req.used_cost
-        if unused > 0:
-            self.wfq.refund(t, unused)
-            req.charged -= unused
-
     # -- deadlines -------------------------------------------------------------------------
     def estimate_service_s(self, req: Request) -> float:
         prefill = self.profile.step_s([(req.num_uncomputed, 0)], 0, 0) if req.num_uncomputed > 1 else 0.0

@@ -28,7 +28,7 @@ class TenantState:
         self.bucket_t = now
         self.recent = 0.0           # exponentially decayed service (decayed lazily to recent_t)
         self.recent_t = now
-        self.queued_cost = 0.0      # predicted cost of its waiting requests
+        self.queued_cost: dict[str, float] = {}   # class -> predicted cost of its waiting requests
         self.queues: dict = {}      # class -> ordering.ClassQueue
         self.idle_since = now
         self.kv_peak = 0.0          # decayed peak of KV blocks held (+ the next admission)
@@ -55,6 +55,12 @@ class TenantState:
             self.admitted *= math.exp(-(now - self.admitted_t) / tau_s)
             self.admitted_t = now
         return self.admitted
+
+    def queued_ahead(self, priority: float, classes) -> float:
+        """Predicted cost queued in classes whose base priority is at least ``priority``:
+        what a new request of that priority waits behind (O(classes))."""
+        return sum(c for k, c in self.queued_cost.items()
+                   if k not in classes or classes[k].priority >= priority)
 
     def kv_blocks(self) -> int:
         return sum(r.blocks for r in self.running)
