@@ -114,7 +114,9 @@ class AccountingMixin:
         t = self.tenants.get(req.tenant)
         if t is None:
             return
-        t.running.discard(req)
+        if req in t.running:
+            t.running.discard(req)
+            self.num_running -= 1
         self._touch(t)
         unused = req.charged - req.used_cost
         if unused > 0:

@@ -72,6 +72,7 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
         self.total_weight = 0.0
         self._now = 0.0
         self.active_weight = 0.0
+        self.num_running = 0
         self._light_prefilling = False
         slos = [k.tpot_slo_s for k in contract.classes.values() if k.tpot_slo_s is not None]
         self._min_tpot_slo = min(slos) if slos else None
@@ -116,7 +117,9 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
 
     def enqueue(self, req: Request, now: float) -> None:
         t = self.tenant(req.tenant, now)
-        t.running.discard(req)
+        if req in t.running:
+            t.running.discard(req)
+            self.num_running -= 1
         req.qtoken += 1
         q = t.queues.get(req.klass)
         if q is None:
@@ -208,7 +211,7 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
             long_prefills = sum(1 for r in t.running if r.num_uncomputed > chunk)
             if long_prefills >= self.contract.engine.max_long_prefills_per_tenant:
                 return False
-        reserved_slots = self._reserved(now)[1]
+        reserved_slots = self._reserved(t, num_running)[1]
         if (num_running + 1 > self.contract.engine.max_running - reserved_slots
                 and not self._within_share(t, 0, 1)):
             return False
@@ -228,12 +231,13 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
             need = self.pool.blocks_for(req.prompt_tokens + 1)
         t = self.tenants[req.tenant]
         if not self._within_share(t, need, 0):
-            need += self._reserved(now=req.last_preempt_s)[0]
+            need += self._reserved(t, self.num_running)[0]
         return need
 
     def on_admit(self, req: Request, now: float) -> None:
         t = self.tenants[req.tenant]
         t.running.add(req)
+        self.num_running += 1
         self._touch(t)
         t.note_peak(now, t.kv_blocks() + self.pool.blocks_for(req.num_tokens + req.predicted_remaining),
                     len(t.running), PEAK_TAU_S)

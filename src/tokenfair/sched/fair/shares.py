@@ -45,9 +45,10 @@ class SharesMixin:
 
     def predicted_wait_s(self, t: TenantState, req, now: float) -> float:
         """Predicted cost queued ahead of ``req`` in its tenant (classes of at least its base
-        priority) over the rate the tenant's queue drains (predicted cost of its admissions per
-        second, decayed; both in predicted units, so prediction bias cancels), never over less
-        than its weight share of the engine's rate (its guaranteed floor)."""
+        priority) over the rate the tenant's queue drains: the predicted cost of its admissions
+        per second (decayed; both in predicted units, so prediction bias cancels; a tenant
+        with a queue is admitted at its real rate), never less than its weight share of the
+        engine's rate among all tenants (its guaranteed floor)."""
         rate = self.service_rate(now)
         if rate is None:
             return 0.0
@@ -59,27 +60,35 @@ class SharesMixin:
         drain = t.decayed_admitted(now, self.share_tau_s) / self.share_tau_s
         return ahead / max(floor, drain, 1e-9)
 
+    def _share_of_active(self, t: TenantState) -> float:
+        return t.weight / max(self.active_weight + (0.0 if t.active else t.weight), t.weight)
+
     def _within_share(self, t: TenantState, extra_blocks: int, extra_slots: int) -> bool:
-        """True when ``t`` stays within its weight share of KV and of slots after admission."""
-        share = t.weight / max(self.total_weight, t.weight)
+        """True when ``t`` stays within its weight share (among the active tenants) of KV and of
+        slots after admission."""
+        share = self._share_of_active(t)
         return (t.kv_blocks() + extra_blocks <= share * self.pool.num_blocks
                 and len(t.running) + extra_slots <= share * self.contract.engine.max_running)
 
-    def _reserved(self, now: float) -> tuple[int, int]:
-        """(KV blocks, slots) kept free for tenants within their share: the static headroom,
-        or what those tenants recently used at peak (x ``PEAK_MARGIN``) beyond what they
-        hold now, whichever is larger.  Computed once per step, O(tenants)."""
-        if self._reserved_cache is not None:
-            return self._reserved_cache
-        blocks = slots = 0.0
-        share_blocks = self.pool.num_blocks / max(self.total_weight, 1e-9)
-        share_slots = self.contract.engine.max_running / max(self.total_weight, 1e-9)
-        for t in self.tenants.values():
-            if t.kv_peak <= 0:
-                continue
-            held = t.kv_blocks()
-            if held <= t.weight * share_blocks and len(t.running) <= t.weight * share_slots:
-                blocks += max(0.0, PEAK_MARGIN * t.kv_peak - held)
-                slots += max(0.0, PEAK_MARGIN * t.slots_peak - len(t.running))
-        self._reserved_cache = (max(self.headroom_blocks, int(blocks)), max(self.headroom_slots, int(slots)))
-        return self._reserved_cache
+    def _reserved(self, t: TenantState, num_running: int) -> tuple[int, int]:
+        """(KV blocks, slots) ``t`` must leave free for the *other* active tenants that are
+        within their share: what they used at their recent peak (x ``PEAK_MARGIN``) beyond
+        what they hold now, at least the static headroom.  Nothing while the engine runs
+        nothing (reservations never idle an empty engine).  O(tenants), once per step."""
+        if num_running == 0:
+            return (0, 0)
+        if self._reserved_cache is None:
+            per: dict[str, tuple[float, float]] = {}
+            for o in self.tenants.values():
+                if o.active and o.kv_peak > 0 and self._within_share(o, 0, 0):
+                    per[o.name] = (max(0.0, PEAK_MARGIN * o.kv_peak - o.kv_blocks()),
+                                   max(0.0, PEAK_MARGIN * o.slots_peak - len(o.running)))
+            self._reserved_cache = (per, sum(b for b, _ in per.values()), sum(sl for _, sl in per.values()))
+        per, blocks, slots = self._reserved_cache
+        mine = per.get(t.name)
+        if mine is not None:
+            blocks, slots = blocks - mine[0], slots - mine[1]
+        other_active_weight = self.active_weight - (t.weight if t.active else 0.0)
+        if other_active_weight <= 1e-12:
+            return (0, 0)
+        return (max(self.headroom_blocks, int(blocks)), max(self.headroom_slots, int(slots)))
