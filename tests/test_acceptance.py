@@ -64,11 +64,21 @@ def test_light_tenants_far_better_than_fifo(runs, name):
         assert fair.summary["tenants"][t]["ttft_s"]["p99"] <= 0.1 * fifo.summary["tenants"][t]["ttft_s"]["p99"]
 
 
-@pytest.mark.xfail(reason="known gap: light tenants' P99 TTFT is 2-3.3x their isolated P99 on a loaded "
-                          "engine (steps are longer and light tenants' bursts queue), target is 2x",
-                   strict=False)
-@pytest.mark.parametrize("name", sorted(LIGHT))
-def test_light_tenants_p99_ttft_within_2x_isolated(runs, name):
-    _, _, _, fair = runs[name]
-    for t in LIGHT[name]:
+def test_hol_light_tenant_p99_ttft_within_2x_isolated(runs):
+    _, _, _, fair = runs["hol"]
+    assert fair.summary["tenants"]["chat"]["ttft_p99_vs_isolated"] <= 2.0
+
+
+def test_whale_light_tenants_p99_ttft_near_2x_isolated(runs):
+    _, _, _, fair = runs["whale"]
+    ratios = [fair.summary["tenants"][t]["ttft_p99_vs_isolated"] for t in LIGHT["whale"]]
+    assert max(ratios) <= 2.5 and sorted(ratios)[len(ratios) // 2] <= 2.0, ratios
+
+
+@pytest.mark.xfail(reason="known gap: one of the four small tenants in `whale` is at 2.1-2.3x its isolated "
+                          "P99 TTFT (their bursts collide in the prefill budget a loaded engine leaves); "
+                          "target 2x", strict=False)
+def test_whale_light_tenants_p99_ttft_within_2x_isolated(runs):
+    _, _, _, fair = runs["whale"]
+    for t in LIGHT["whale"]:
         assert fair.summary["tenants"][t]["ttft_p99_vs_isolated"] <= 2.0

@@ -133,6 +133,10 @@ def _register_optional() -> None:
     from .cli_compare import compare, demo
     app.command("compare")(compare)
     app.command("demo")(demo)
+    from .cli_serve import gateway, load, serve
+    app.command("serve")(serve)
+    app.command("gateway")(gateway)
+    app.command("load")(load)
 
 
 _register_optional()

@@ -49,7 +49,7 @@ class BatchingMixin:
         (it cannot monopolise what it is entitled to); everything else is capped at
         ``chunk_size``, so a 20K prompt never holds a step."""
         eng = self.contract.engine
-        if req.num_uncomputed <= eng.prefill_token_budget and self.under_share(self.tenants[req.tenant], now):
+        if self.under_share(self.tenants[req.tenant], now):
             return eng.prefill_token_budget
         return eng.chunk_size
 

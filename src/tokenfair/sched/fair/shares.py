@@ -17,6 +17,7 @@ from .tenant import TenantState
 LIGHT_FRACTION = 0.9
 LEVEL_REFRESH_S = 0.25
 PEAK_MARGIN = 1.25
+LIGHT_WARMUP_S = 5.0
 
 
 class SharesMixin:
@@ -26,6 +27,8 @@ class SharesMixin:
         """A *light* tenant: recently served (decayed, normalised by weight) clearly less than
         the most served active tenant, i.e. below the max-min water level: its demand is met
         or it is owed, so it gets latency priority over the heaviest ones."""
+        if self.first_service_s is None or now - self.first_service_s < LIGHT_WARMUP_S:
+            return False                  # too little history to tell light from heavy
         return t.decayed_recent(now, self.share_tau_s) / t.weight < LIGHT_FRACTION * self._level(now)
 
     def _level(self, now: float) -> float:
