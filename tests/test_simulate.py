@@ -117,3 +117,25 @@ def test_cli_bad_inputs_exit_2(tmp_path):
     bad.write_text("engine: {chunk_size: 4096, prefill_token_budget: 1024}\n")
     res = _run_cli("simulate", "hol", "--contract", str(bad), "--out", str(tmp_path))
     assert res.returncode == 2 and "chunk_size must be <= prefill_token_budget" in res.stderr
+
+
+def test_cli_slices_scales_and_spreads_a_public_trace(tmp_path):
+    res = _run_cli("simulate", "azure:conv", "--start-s", "600", "--end-s", "660", "--rate-scale", "2",
+                   "--spread-tenants", "4", "--no-isolated", "--out", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    recs = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert 100 < len(recs) < 1000 and len({r["tenant"] for r in recs}) == 4
+    assert max(r["arrival_s"] for r in recs) <= 30.0 + 1e-6        # 60 s slice at twice the rate
+    assert _run_cli("simulate", "vtc", "--start-s", "9999", "--out", str(tmp_path)).returncode == 2
+
+
+def test_cli_skip_bad_rows_counts_them(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("request_id,arrival_s,tenant,prompt_tokens,output_tokens\n"
+                     "a,0,t,10,5\nb,0.1,t,x,5\nc,0.2,t,10,5\n")
+    bad = _run_cli("simulate", str(trace), "--out", str(tmp_path / "o1"), "--no-isolated")
+    assert bad.returncode == 2 and "t.csv:3" in bad.stderr and "prompt_tokens" in bad.stderr
+    ok = _run_cli("simulate", str(trace), "--skip-bad-rows", "--out", str(tmp_path / "o2"), "--no-isolated")
+    assert ok.returncode == 0, ok.stderr
+    assert "skipped 1 bad row" in ok.stderr
+    assert len((tmp_path / "o2" / "requests.jsonl").read_text().splitlines()) == 2

@@ -10,7 +10,8 @@ from typing import Optional
 
 import typer
 
-from .cli_common import USER_ERRORS, _message, fail, resolve_contract, resolve_workload  # noqa: F401
+from .cli_common import (USER_ERRORS, _message, fail, report_skipped, resolve_contract,  # noqa: F401
+                         resolve_workload, shape_workload)
 from .contract import ContractError, contract_schema, load_contract
 from .costmodel import load_profile
 from .scenarios import SCENARIOS
@@ -28,19 +29,27 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
              seed: int = typer.Option(0, help="seed for built-in scenarios and generators"),
              out: Path = typer.Option(..., help="output folder"),
              isolated: bool = typer.Option(True, help="also run isolated baselines for slowdown"),
-             skip_bad_rows: bool = typer.Option(False, help="count and skip unusable trace rows")) -> None:
+             skip_bad_rows: bool = typer.Option(False, help="count and skip unusable trace rows"),
+             start_s: Optional[float] = typer.Option(None, help="keep arrivals from this time (s)"),
+             end_s: Optional[float] = typer.Option(None, help="keep arrivals before this time (s)"),
+             rate_scale: Optional[float] = typer.Option(None, help="multiply the arrival rate"),
+             spread_tenants: Optional[int] = typer.Option(None, min=1, help="spread requests over N tenants"),
+             max_requests: Optional[int] = typer.Option(None, min=1, help="keep the first N requests")) -> None:
     """Simulate one policy on a workload; write requests.jsonl, summary.json, timeline.json."""
     from .loop import stderr_progress
     from .output import summary_table, write_run
     from .sim.simulate import simulate as run_sim
     try:
         wl, default_contract = resolve_workload(workload, seed, skip_bad_rows=skip_bad_rows)
+        wl = shape_workload(wl, start_s=start_s, end_s=end_s, rate_scale=rate_scale,
+                            spread_tenants=spread_tenants, max_requests=max_requests, seed=seed)
         c = resolve_contract(contract, default_contract)
         prof = load_profile(profile)
         from .sched.registry import make_policy
         make_policy(policy)
     except USER_ERRORS as err:
         fail(_message(err))
+    report_skipped(wl)
     res = run_sim(wl, policy, c, prof, isolated=isolated, progress=stderr_progress(f"{policy}"))
     write_run(out, res.records, res.summary, res.timeline)
     typer.echo(summary_table(res.summary))

@@ -36,6 +36,34 @@ def resolve_workload(spec: str, seed: int, *, skip_bad_rows: bool = False) -> tu
         raise WorkloadError(f"{err}; built-in scenarios: {', '.join(SCENARIOS)}") from None
 
 
+def shape_workload(wl: Workload, *, start_s: float | None = None, end_s: float | None = None,
+                   rate_scale: float | None = None, spread_tenants: int | None = None,
+                   max_requests: int | None = None, seed: int = 0) -> Workload:
+    """Slice a time range (re-based to 0), scale the arrival rate, spread the requests over N
+    tenants (Zipf-skewed, seeded) and cap the count -- in that order."""
+    from . import traces
+    if start_s is not None or end_s is not None:
+        wl = traces.slice_time(wl, start_s or 0.0, end_s)
+    if rate_scale is not None:
+        if rate_scale <= 0:
+            raise ValueError(f"--rate-scale must be > 0, got {rate_scale}")
+        wl = traces.scale_rate(wl, rate_scale)
+    if spread_tenants is not None:
+        wl = traces.spread_tenants(wl, spread_tenants, seed=seed)
+    if max_requests is not None:
+        wl = traces.limit(wl, max_requests)
+    if not wl.rows:
+        raise ValueError("the workload is empty after slicing; widen --start-s/--end-s")
+    return wl
+
+
+def report_skipped(wl: Workload) -> None:
+    """Bad rows dropped with --skip-bad-rows are counted and shown, never silent."""
+    skipped = getattr(wl, "skipped", ())
+    if skipped:
+        typer.echo(f"note: skipped {len(skipped)} bad row(s); first: {skipped[0].message}", err=True)
+
+
 def resolve_contract(path: Optional[Path], default: Contract | None) -> Contract:
     if path is not None:
         return load_contract(path)

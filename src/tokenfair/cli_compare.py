@@ -13,7 +13,8 @@ from typing import Optional
 
 import typer
 
-from .cli_common import USER_ERRORS, _message, fail, resolve_contract, resolve_workload
+from .cli_common import (USER_ERRORS, _message, fail, report_skipped, resolve_contract, resolve_workload,
+                         shape_workload)
 from .compare import DEFAULT_POLICIES
 
 _DEFAULT = ",".join(DEFAULT_POLICIES)
@@ -56,7 +57,12 @@ def compare(workload: str = typer.Argument(..., help="built-in scenario (hol, wh
             seed: int = typer.Option(0, help="seed for built-in scenarios and generators"),
             out: Path = typer.Option(..., help="output folder: <out>/<policy>/..., <out>/report.html"),
             thresholds: Optional[Path] = typer.Option(None, help="release-gate thresholds YAML (default: built-in)"),
-            skip_bad_rows: bool = typer.Option(False, help="count and skip unusable trace rows")) -> None:
+            skip_bad_rows: bool = typer.Option(False, help="count and skip unusable trace rows"),
+            start_s: Optional[float] = typer.Option(None, help="keep arrivals from this time (s)"),
+            end_s: Optional[float] = typer.Option(None, help="keep arrivals before this time (s)"),
+            rate_scale: Optional[float] = typer.Option(None, help="multiply the arrival rate"),
+            spread_tenants: Optional[int] = typer.Option(None, min=1, help="spread requests over N tenants"),
+            max_requests: Optional[int] = typer.Option(None, min=1, help="keep the first N requests")) -> None:
     """Run several policies on the same workload; write each run, a side-by-side table and an
     HTML report with the release-gate verdict per policy."""
     from .compare import compare_table, run_compare
@@ -65,11 +71,14 @@ def compare(workload: str = typer.Argument(..., help="built-in scenario (hol, wh
     try:
         names = _policy_list(policies)
         wl, default_contract = resolve_workload(workload, seed, skip_bad_rows=skip_bad_rows)
+        wl = shape_workload(wl, start_s=start_s, end_s=end_s, rate_scale=rate_scale,
+                            spread_tenants=spread_tenants, max_requests=max_requests, seed=seed)
         c = resolve_contract(contract, default_contract)
         prof = load_profile(profile)
         gate = load_thresholds(thresholds)
     except USER_ERRORS as err:
         fail(_message(err))
+    report_skipped(wl)
     summaries = run_compare(wl, c, prof, names, out, thresholds=gate,
                             progress=lambda m: typer.echo(m, err=True))
     typer.echo(compare_table(summaries))
