@@ -146,6 +146,11 @@ def _register_optional() -> None:
     app.command("serve")(serve)
     app.command("gateway")(gateway)
     app.command("load")(load)
+    from .cli_engine import bench_engine, calibrate, fidelity, run
+    app.command("run")(run)
+    app.command("calibrate")(calibrate)
+    app.command("fidelity")(fidelity)
+    bench_app.command("engine")(bench_engine)
 
 
 _register_optional()

@@ -24,15 +24,21 @@ class AttentionGroup:
     ``token_index[s, i]`` is the flattened row of query ``i`` of sequence ``s`` (padding
     rows point at row 0 and are masked out via ``query_valid``); ``mask`` is
     ``[num_seqs, 1, max_query_len, max_context_len]`` with True where attention is allowed.
+    ``valid_rows`` = ``token_index[query_valid]``.  ``dense_start >= 0`` says the group's
+    queries are exactly rows ``dense_start .. dense_start + S*Q`` in order (no padding; e.g.
+    a decode-only group), so they are sliced instead of gathered and scattered.
     """
 
     token_index: torch.Tensor  # [S, Q] long
     query_valid: torch.Tensor  # [S, Q] bool
     block_tables: torch.Tensor  # [S, max_blocks] long
     mask: torch.Tensor  # [S, 1, Q, max_blocks * block_size] bool
+    valid_rows: torch.Tensor  # [num valid queries] long
+    dense_start: int = -1
 
     def to(self, device: torch.device) -> "AttentionGroup":
-        return AttentionGroup(*(t.to(device) for t in (self.token_index, self.query_valid, self.block_tables, self.mask)))
+        tensors = (self.token_index, self.query_valid, self.block_tables, self.mask, self.valid_rows)
+        return AttentionGroup(*(t.to(device) for t in tensors), self.dense_start)
 
 
 @dataclass(frozen=True)
@@ -68,11 +74,19 @@ def build_attention_group(
     mask = key_pos[None, None, :] <= query_pos[:, :, None]
     # Padding query rows attend to position 0 only so softmax stays finite; they are dropped.
     mask = torch.where(query_valid[:, :, None], mask, key_pos[None, None, :] == 0)
+    valid_rows = token_index[query_valid]
+    dense_start = -1
+    if bool(query_valid.all()):
+        start = int(token_index[0, 0])
+        if torch.equal(valid_rows, torch.arange(start, start + valid_rows.numel())):
+            dense_start = start
     return AttentionGroup(
         token_index=token_index,
         query_valid=query_valid,
         block_tables=block_tables,
         mask=mask[:, None, :, :],
+        valid_rows=valid_rows,
+        dense_start=dense_start,
     )
 
 
@@ -99,12 +113,18 @@ def paged_attention(
     """
     num_tokens, num_heads, head_dim = query.shape
     num_kv_heads = kv_layer.shape[-2]
-    out = query.new_empty(num_tokens, num_heads, head_dim)
+    out = None
     for group in metadata.groups:
         num_seqs, max_blocks = group.block_tables.shape
-        keys = kv_layer[0][group.block_tables].view(num_seqs, -1, num_kv_heads, head_dim)
-        values = kv_layer[1][group.block_tables].view(num_seqs, -1, num_kv_heads, head_dim)
-        q = query[group.token_index]  # [S, Q, H, D]
+        blocks = group.block_tables.reshape(-1)
+        keys = kv_layer[0].index_select(0, blocks).view(num_seqs, -1, num_kv_heads, head_dim)
+        values = kv_layer[1].index_select(0, blocks).view(num_seqs, -1, num_kv_heads, head_dim)
+        start = group.dense_start
+        num_queries = group.token_index.shape[1]
+        if start >= 0:
+            q = query[start:start + num_seqs * num_queries].view(num_seqs, num_queries, num_heads, head_dim)
+        else:
+            q = query[group.token_index]  # [S, Q, H, D]
         attended = F.scaled_dot_product_attention(
             q.transpose(1, 2).to(keys.dtype),
             keys.transpose(1, 2),
@@ -113,5 +133,12 @@ def paged_attention(
             scale=scale,
             enable_gqa=num_heads != num_kv_heads,
         ).transpose(1, 2)  # [S, Q, H, D]
-        out[group.token_index[group.query_valid]] = attended[group.query_valid].to(out.dtype)
+        if start == 0 and num_seqs * num_queries == num_tokens:
+            return attended.reshape(num_tokens, num_heads, head_dim).to(query.dtype)  # one dense group
+        if out is None:
+            out = query.new_empty(num_tokens, num_heads, head_dim)
+        if start >= 0:
+            out[start:start + num_seqs * num_queries] = attended.reshape(-1, num_heads, head_dim).to(out.dtype)
+        else:
+            out[group.valid_rows] = attended[group.query_valid].to(out.dtype)
     return out

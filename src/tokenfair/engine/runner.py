@@ -52,10 +52,13 @@ class ModelRunner:
         num_threads: int = 2,
         seed: int = 0,
         keep_logits: bool = False,
+        optimize: bool = True,
     ) -> None:
         if num_threads <= 0:
             raise ValueError(f"num_threads must be positive, got {num_threads}")
         torch.set_num_threads(num_threads)  # process-wide; the runner owns the CPU budget
+        if optimize:
+            model.optimize_for_inference()  # fused, GEMM-friendly weights (same math)
         self.model = model
         self.config = model.config
         parameter = next(model.parameters())
@@ -115,17 +118,28 @@ class ModelRunner:
         if not batch:
             return StepOutput({}, 0.0, 0, 0)
         self._validate(batch)
-        for work in batch:
+        # Single-token items first, by ascending context (so decode buckets are contiguous
+        # row ranges), then the prefill chunks in the caller's order.  Outputs are keyed by
+        # seq_id; kept logits are put back in the caller's order below.
+        work_order = sorted(batch, key=lambda w: (0, w.start_pos) if len(w.token_ids) == 1 else (1, 0))
+        for work in work_order:
             self.cache.allocate(work.seq_id, len(work.token_ids))
-        token_ids, positions, metadata, logits_indices = self._prepare(batch)
+        token_ids, positions, metadata, logits_indices = self._prepare(work_order)
         logits = self.model(token_ids, positions, self.cache.pool, metadata, logits_indices)
-        sampling_items = [w for w in batch if w.sample]
-        tokens = sample_tokens(
-            logits,
-            [w.sampling for w in sampling_items],
-            [self._generator_for(w) for w in sampling_items],
-        )
+        sampling_items = [w for w in work_order if w.sample]
+        if all(w.sampling.is_greedy for w in sampling_items):
+            # max().indices: the first maximal index like argmax, ~3x faster on CPU
+            tokens = logits.max(dim=-1).indices.tolist() if sampling_items else []
+        else:
+            tokens = sample_tokens(
+                logits,
+                [w.sampling for w in sampling_items],
+                [self._generator_for(w) for w in sampling_items],
+            )
         sampled = {w.seq_id: t for w, t in zip(sampling_items, tokens)}
+        if self.keep_logits and work_order != batch:
+            row = {w.seq_id: i for i, w in enumerate(sampling_items)}
+            logits = logits[torch.tensor([row[w.seq_id] for w in batch if w.sample], dtype=torch.long)]
         wall_s = time.perf_counter() - started
         return StepOutput(sampled, wall_s, int(token_ids.shape[0]), len(batch), logits if self.keep_logits else None)
 
@@ -147,7 +161,7 @@ class ModelRunner:
         slot_mapping = block_tables[seq_of_token, positions // block_size] * block_size + positions % block_size
         is_decode = query_lens == 1
         groups: list[AttentionGroup] = []
-        for members in (is_decode.nonzero().flatten(), (~is_decode).nonzero().flatten()):
+        for members in (*self._decode_buckets(context_lens, is_decode), (~is_decode).nonzero().flatten()):
             if members.numel() == 0:
                 continue
             group_blocks = int(((context_lens[members] + block_size - 1) // block_size).max())
@@ -168,6 +182,22 @@ class ModelRunner:
             metadata,
             logits_indices.to(device),
         )
+
+    def _decode_buckets(self, context_lens: torch.Tensor, is_decode: torch.Tensor) -> list[torch.Tensor]:
+        """Split the single-token rows (a prefix sorted by context) into buckets whose
+        contexts are within 2x of each other: attention pads each bucket to its longest
+        context, so one long sequence no longer pads every short one."""
+        num = int(is_decode.sum())
+        if num == 0:
+            return []
+        blocks = ((context_lens[:num] + self.cache.block_size - 1) // self.cache.block_size).tolist()
+        buckets, start = [], 0
+        for i in range(1, num):
+            if blocks[i] > max(2 * blocks[start], blocks[start] + 8):
+                buckets.append(torch.arange(start, i))
+                start = i
+        buckets.append(torch.arange(start, num))
+        return buckets
 
     def _generator_for(self, work: SeqWork) -> torch.Generator | None:
         if work.sampling.is_greedy:

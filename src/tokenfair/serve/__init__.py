@@ -1,0 +1,10 @@
+"""tokenfair's HTTP service: OpenAI-compatible ``serve`` (scheduler + PyTorch engine) and
+``gateway`` (fair queueing in front of N backends) modes, and the ``load`` generator.
+
+Modules: ``app`` (shared HTTP layer, FastAPI), ``openai_schema`` (request/response models),
+``auth`` (API key -> tenant), ``metrics`` (Prometheus), ``engine_backend`` (serve mode),
+``gateway`` (gateway mode), ``load`` (load generator), ``shutdown`` (graceful shutdown,
+in-process servers), ``fake_backend`` (deterministic FIFO backend for tests and benchmarks),
+``overhead`` (gateway latency benchmark).  See docs/SERVICE.md.  Import submodules
+directly; this package imports nothing heavy.
+"""

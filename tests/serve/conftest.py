@@ -1,0 +1,127 @@
+"""Fixtures for the HTTP service tests: a tiny random Llama (as in tests/engine), a contract
+with API keys, and real uvicorn servers on free loopback ports in background threads."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+CORPUS = [
+    "the quick brown fox jumps over the lazy dog",
+    "a paged kv cache stores keys and values in fixed size blocks",
+    "fair scheduling shares tokens between tenants 0123456789",
+    "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n",
+]
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+KEYS = {"a": "key-a", "b": "key-b", "q": "key-q", "r": "key-r", "heavy": "key-heavy", "light": "key-light"}
+
+
+def make_tiny_llama(folder: Path, seed: int = 1234) -> None:
+    """A tiny random LlamaForCausalLM (+ tokenizer.json) saved to ``folder`` (max 256 positions)."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator(CORPUS * 4, trainer)
+    config = LlamaConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=256, rope_theta=500.0, rms_norm_eps=1e-5,
+                         tie_word_embeddings=False, bos_token_id=0, eos_token_id=2, pad_token_id=0)
+    model = LlamaForCausalLM(config).eval()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters()):
+            scale = 0.1 if name.endswith("norm.weight") else 0.15
+            base = 1.0 if name.endswith("norm.weight") else 0.0
+            param.copy_(base + scale * torch.randn(param.shape, generator=generator))
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save(str(folder / "tokenizer.json"))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    pytest.importorskip("transformers")
+    pytest.importorskip("tokenizers")
+    folder = tmp_path_factory.mktemp("serve_tiny_llama")
+    make_tiny_llama(folder)
+    return folder
+
+
+def service_contract():
+    from tokenfair.contract import parse_contract
+    from tokenfair.serve.auth import hash_key
+
+    classes = {
+        "realtime": {"priority": 30, "aging_rate": 1.0, "max_wait_s": 10},
+        "interactive": {"priority": 20, "aging_rate": 1.0, "max_wait_s": 30},
+        "batch": {"priority": 0, "aging_rate": 0.5, "max_wait_s": 600},
+        "timed": {"priority": 10, "aging_rate": 1.0, "max_wait_s": 30, "deadline_s": 60},
+    }
+    tenants = {
+        "a": {"weight": 1.0},
+        "b": {"weight": 1.0, "classes": ["batch", "timed"], "default_class": "batch"},
+        "q": {"max_concurrency": 1, "max_queued": 1},
+        "r": {"rate_limit": {"tokens_per_s": 0.5, "burst_tokens": 10}},
+        "heavy": {"weight": 1.0},
+        "light": {"weight": 1.0},
+    }
+    for name, spec in tenants.items():
+        spec["api_key_sha256"] = [hash_key(KEYS[name])]
+    return parse_contract({"version": "serve-test", "tenants": tenants, "classes": classes,
+                           "default_class": "interactive"})
+
+
+def auth(tenant: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEYS[tenant]}"}
+
+
+def wait_until(cond, timeout_s: float = 10.0, every_s: float = 0.01) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(every_s)
+    return cond()
+
+
+def start_serve(model_dir: Path, contract=None, grace_s: float = 5.0, kv_tokens: int = 4096, **kw):
+    from tokenfair.serve.app import create_app
+    from tokenfair.serve.auth import KeyRing
+    from tokenfair.serve.engine_backend import build_engine_service
+    from tokenfair.serve.shutdown import ServerThread
+
+    contract = contract or service_contract()
+    svc = build_engine_service(str(model_dir), contract, KeyRing(contract), kv_tokens=kv_tokens,
+                               served_model="tiny", **kw)
+    st = ServerThread(create_app(svc, grace_s), svc, grace_s=grace_s).start()
+    return svc, st
+
+
+@pytest.fixture(scope="session")
+def serve_stack(tiny_model_dir):
+    """(service, server thread) of one ``serve`` instance shared by the serve tests."""
+    svc, st = start_serve(tiny_model_dir)
+    yield svc, st
+    st.stop()
+
+
+class _Helpers:
+    KEYS = KEYS
+    auth = staticmethod(auth)
+    wait_until = staticmethod(wait_until)
+    start_serve = staticmethod(start_serve)
+    service_contract = staticmethod(service_contract)
+
+
+@pytest.fixture(scope="session")
+def h():
+    """Helpers (importing from a conftest is ambiguous with several test folders)."""
+    return _Helpers
