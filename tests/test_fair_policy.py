@@ -182,3 +182,32 @@ def test_in_queue_order_is_swappable():
     assert make_policy("fair:order=fifo").order == "fifo"
     with pytest.raises(ValueError, match="order must be"):
         make_policy("fair:order=random").bind(c, PROFILE, None, None)
+
+
+def test_kv_block_seconds_are_charged_when_weighted():
+    base = {"classes": {"interactive": {"priority": 0}}, "admission": {"shed_over_max_wait": False}}
+    rows = [TraceRow("long", 0.0, "a", 3000, 50), TraceRow("short", 0.0, "b", 100, 50)]
+    vt = {}
+    for w in (0.0, 1.0):
+        res, sched = _sim(rows, parse_contract({**base, "costs": {"kv_block_s": w}}))
+        vt[w] = {n: t.vtime for n, t in sched.policy.tenants.items()}
+    assert vt[0.0]["a"] < vt[1.0]["a"]                       # a held ~190 blocks for seconds
+    assert vt[1.0]["a"] - vt[0.0]["a"] > 10 * (vt[1.0]["b"] - vt[0.0]["b"])
+
+
+def test_borrowing_reclaim_by_preemption():
+    contract = {"tenants": {"owner": {"min_share": 0.5}, "borrower": {}},
+                "classes": {"interactive": {"priority": 0}},
+                "engine": {"max_running": 4, "prefill_token_budget": 512, "chunk_size": 256},
+                "preemption": {"max_per_request": 3, "cooldown_s": 0.0, "min_benefit_ratio": 0.01},
+                "admission": {"shed_over_max_wait": False}}
+    rows = [TraceRow(f"b{i}", 0.0, "borrower", 200, 400) for i in range(4)]
+    rows += [TraceRow(f"o{i}", 1.0, "owner", 200, 50) for i in range(2)]
+    starts = {}
+    for mode in ("stop_admitting", "preempt"):
+        res, sched = _sim(rows, parse_contract({**contract, "borrowing": {"enabled": True, "reclaim": mode}}))
+        starts[mode] = min(r.scheduled_s for r in res.requests if r.tenant == "owner")
+        preempted = sum(r.num_preemptions for r in res.requests if r.tenant == "borrower")
+        assert (preempted > 0) == (mode == "preempt")
+        assert all(r.status is Status.FINISHED for r in res.requests)
+    assert starts["preempt"] < starts["stop_admitting"] - 1.0

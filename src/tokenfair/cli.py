@@ -34,7 +34,8 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
              end_s: Optional[float] = typer.Option(None, help="keep arrivals before this time (s)"),
              rate_scale: Optional[float] = typer.Option(None, help="multiply the arrival rate"),
              spread_tenants: Optional[int] = typer.Option(None, min=1, help="spread requests over N tenants"),
-             max_requests: Optional[int] = typer.Option(None, min=1, help="keep the first N requests")) -> None:
+             max_requests: Optional[int] = typer.Option(None, min=1, help="keep the first N requests"),
+            remap_tenants: Optional[Path] = typer.Option(None, help="YAML/JSON mapping old tenant -> new")) -> None:
     """Simulate one policy on a workload; write requests.jsonl, summary.json, timeline.json."""
     from .loop import stderr_progress
     from .output import summary_table, write_run
@@ -42,7 +43,8 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
     try:
         wl, default_contract = resolve_workload(workload, seed, skip_bad_rows=skip_bad_rows)
         wl = shape_workload(wl, start_s=start_s, end_s=end_s, rate_scale=rate_scale,
-                            spread_tenants=spread_tenants, max_requests=max_requests, seed=seed)
+                            spread_tenants=spread_tenants, max_requests=max_requests, seed=seed,
+                            remap_tenants=remap_tenants)
         c = resolve_contract(contract, default_contract)
         prof = load_profile(profile)
         from .sched.registry import make_policy

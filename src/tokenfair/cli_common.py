@@ -38,9 +38,11 @@ def resolve_workload(spec: str, seed: int, *, skip_bad_rows: bool = False) -> tu
 
 def shape_workload(wl: Workload, *, start_s: float | None = None, end_s: float | None = None,
                    rate_scale: float | None = None, spread_tenants: int | None = None,
-                   max_requests: int | None = None, seed: int = 0) -> Workload:
+                   max_requests: int | None = None, seed: int = 0,
+                   remap_tenants: Path | None = None) -> Workload:
     """Slice a time range (re-based to 0), scale the arrival rate, spread the requests over N
-    tenants (Zipf-skewed, seeded) and cap the count -- in that order."""
+    tenants (Zipf-skewed, seeded) or remap tenant names with a YAML/JSON mapping file
+    (``old: new``; unnamed tenants keep their name), and cap the count -- in that order."""
     from . import traces
     if start_s is not None or end_s is not None:
         wl = traces.slice_time(wl, start_s or 0.0, end_s)
@@ -50,11 +52,26 @@ def shape_workload(wl: Workload, *, start_s: float | None = None, end_s: float |
         wl = traces.scale_rate(wl, rate_scale)
     if spread_tenants is not None:
         wl = traces.spread_tenants(wl, spread_tenants, seed=seed)
+    if remap_tenants is not None:
+        wl = traces.remap_tenants(wl, _load_mapping(remap_tenants))
     if max_requests is not None:
         wl = traces.limit(wl, max_requests)
     if not wl.rows:
         raise ValueError("the workload is empty after slicing; widen --start-s/--end-s")
     return wl
+
+
+def _load_mapping(path: Path) -> dict[str, str]:
+    import yaml
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise ValueError(f"{path}: cannot read the tenant mapping ({err.strerror})") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML/JSON: {err}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, (str, int)) for v in data.values()):
+        raise ValueError(f"{path}: a tenant mapping must be a mapping of old name -> new name")
+    return {str(k): str(v) for k, v in data.items()}
 
 
 def report_skipped(wl: Workload) -> None:

@@ -62,7 +62,8 @@ def compare(workload: str = typer.Argument(..., help="built-in scenario (hol, wh
             end_s: Optional[float] = typer.Option(None, help="keep arrivals before this time (s)"),
             rate_scale: Optional[float] = typer.Option(None, help="multiply the arrival rate"),
             spread_tenants: Optional[int] = typer.Option(None, min=1, help="spread requests over N tenants"),
-            max_requests: Optional[int] = typer.Option(None, min=1, help="keep the first N requests")) -> None:
+            max_requests: Optional[int] = typer.Option(None, min=1, help="keep the first N requests"),
+            remap_tenants: Optional[Path] = typer.Option(None, help="YAML/JSON mapping old tenant -> new")) -> None:
     """Run several policies on the same workload; write each run, a side-by-side table and an
     HTML report with the release-gate verdict per policy."""
     from .compare import compare_table, run_compare
@@ -72,7 +73,8 @@ def compare(workload: str = typer.Argument(..., help="built-in scenario (hol, wh
         names = _policy_list(policies)
         wl, default_contract = resolve_workload(workload, seed, skip_bad_rows=skip_bad_rows)
         wl = shape_workload(wl, start_s=start_s, end_s=end_s, rate_scale=rate_scale,
-                            spread_tenants=spread_tenants, max_requests=max_requests, seed=seed)
+                            spread_tenants=spread_tenants, max_requests=max_requests, seed=seed,
+                            remap_tenants=remap_tenants)
         c = resolve_contract(contract, default_contract)
         prof = load_profile(profile)
         gate = load_thresholds(thresholds)

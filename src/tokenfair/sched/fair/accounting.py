@@ -3,6 +3,8 @@
 * the tenant was charged its request's predicted cost at admission (``wfq.py``); as tokens
   are produced, cost beyond the charge is charged (``S_i += excess / w_i``), and at the end
   the unused prediction is refunded; recomputed tokens are never charged;
+* with ``costs.kv_block_s > 0`` each step also charges every tenant its KV occupancy
+  (blocks held x step seconds x weight), O(running) per step;
 * recent service per tenant / class / in total (decayed, ``share_tau_s``) feeds the light
   and min-share decisions (``shares.py``);
 * ``on_decoded`` is the hot path: O(1) per decoding request, tenant updates aggregated;
@@ -104,6 +106,11 @@ class AccountingMixin:
 
     def on_step_end(self, now: float, duration_s: float) -> None:
         self._reserved_cache = None
+        w_kv = self.contract.costs.kv_block_s
+        if w_kv > 0:                       # optional KV occupancy charge: blocks x seconds
+            for t in self.tenants.values():
+                if t.running:
+                    self.wfq.charge(t, w_kv * duration_s * t.kv_blocks())
         self.step_ewma_s += 0.05 * (duration_s - self.step_ewma_s)
         decay = math.exp(-duration_s / self.share_tau_s)
         self.recent_total *= decay

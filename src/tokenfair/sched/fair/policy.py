@@ -290,14 +290,24 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
             return None
         overdue = cand.max_wait_s is not None and now - cand.enqueued_s >= cand.max_wait_s
         t = self.tenants[cand.tenant]
-        below = (t.spec.min_share > 0 and self.recent_total > 0
+        # a guaranteed tenant below its share takes capacity back by eviction only when the
+        # contract says so (borrowing.reclaim: preempt); otherwise by no longer admitting others
+        evict_for_owner = self.contract.borrowing.reclaim == "preempt"
+        below = (evict_for_owner and t.spec.min_share > 0 and self.recent_total > 0
                  and t.decayed_recent(now, self.share_tau_s) / self.recent_total < t.spec.min_share)
-        if not (overdue or below):
+        reclaim = evict_for_owner and len(t.running) < self.admission.reserved_slots(t)
+        if not (overdue or below or reclaim):
             return None
         cand_prio = cand.priority + cand.aging_rate * (now - cand.enqueued_s)
-        pool = [r for r in running if r.tenant != cand.tenant
-                and (r.priority + r.aging_rate * (now - r.enqueued_s) < cand_prio
-                     or self.overshare(r) > self.overshare(cand))]
+        if reclaim and not (overdue or below):
+            # an owner takes back its lent reservation: only borrowers (tenants running more
+            # than their own reservation) can be evicted for it
+            pool = [r for r in running if r.tenant != cand.tenant
+                    and len(self.tenants[r.tenant].running) > self.admission.reserved_slots(self.tenants[r.tenant])]
+        else:
+            pool = [r for r in running if r.tenant != cand.tenant
+                    and (r.priority + r.aging_rate * (now - r.enqueued_s) < cand_prio
+                         or self.overshare(r) > self.overshare(cand))]
         victim = p.choose(pool, now, self.overshare)
         if victim is None:
             return None
