@@ -180,7 +180,7 @@ def bench_engine(model: str = typer.Option("default", help=MODEL_HELP),
         loaded = load_model(model)
     except USER_ERRORS as err:
         fail(_message(err))
-    from .engine.bench import bench, format_header, format_row
+    from .engine.bench import bench, format_header
     if not json_out:
         typer.echo(format_header())
     rows = bench(loaded, sizes, new_tokens=steps, prompt_len=prompt_len, repeats=repeats, num_threads=threads,

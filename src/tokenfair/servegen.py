@@ -48,8 +48,8 @@ from typing import Iterable
 
 import numpy as np
 
-from tokenfair.traces import SkippedRow, TraceWorkload, _finish
-from tokenfair.workload import TraceRow, WorkloadError, _num
+from .traces_readers import SkippedRow, TraceWorkload, _finish
+from .workload import TraceRow, WorkloadError, _num
 
 DISTRIBUTIONS = ("Weibull", "Gamma", "Exponential", "")
 DEFAULT_WINDOW_S = 600.0

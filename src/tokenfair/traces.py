@@ -18,311 +18,30 @@ order by ``random.Random(seed)`` -- deterministic, and the tenants differ in vol
 
 from __future__ import annotations
 
-import calendar
 import csv
 import json
 import os
-import random
-import re
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterable, NamedTuple
 
-from tokenfair.workload import REQUIRED, TraceRow, Workload, WorkloadError, _num, read_trace, row_from_mapping
+import tokenfair.traces_readers as _readers
+from tokenfair.traces_readers import (
+    _AZURE_COLS, _VTC_COLS, SkippedRow, TraceWorkload, _azure_tenant_for, _read_azure, read_azure, read_mooncake,
+    read_tokenfair, read_vtc,
+)
+from tokenfair.traces_transforms import limit, remap_tenants, scale_rate, slice_time, spread_tenants
+from tokenfair.servegen import generate_servegen
+from tokenfair.workload import WorkloadError
 
 __all__ = [
-    "SkippedRow", "TraceWorkload", "find_traces_dir", "read_azure", "read_mooncake", "read_vtc",
+    "generate_servegen", "SkippedRow", "TraceWorkload", "find_traces_dir", "read_azure", "read_mooncake", "read_vtc",
     "read_tokenfair", "slice_time", "scale_rate", "remap_tenants", "limit", "spread_tenants",
-    "load_workload", "generate_servegen",
+    "load_workload",
 ]
 
-
-class SkippedRow(NamedTuple):
-    file: str
-    line: int
-    message: str
-
-
-@dataclass(frozen=True)
-class TraceWorkload(Workload):
-    """A workload read from a trace; ``skipped`` lists the bad rows dropped on the way."""
-
-    skipped: tuple[SkippedRow, ...] = ()
-
-
-def _collect(skipped: list[SkippedRow] | None, path: Path, line: int, err: WorkloadError) -> None:
-    if skipped is None:
-        raise err
-    skipped.append(SkippedRow(str(path), line, str(err)))
-
-
-def _finish(name: str, rows: list[TraceRow], skipped: list[SkippedRow] | None, source: str,
-            rebase: bool = True) -> TraceWorkload:
-    """Sort (stable), check ids, re-base arrivals to the first request."""
-    if not rows:
-        raise WorkloadError(f"{source}: no usable requests")
-    seen: set[str] = set()
-    for r in rows:
-        if r.request_id in seen:
-            raise WorkloadError(f"{source}: request_id {r.request_id!r} appears twice; ids must be unique")
-        seen.add(r.request_id)
-    rows = sorted(rows, key=lambda r: r.arrival_s)
-    t0 = rows[0].arrival_s
-    if t0 and rebase:
-        rows = [replace(r, arrival_s=r.arrival_s - t0) for r in rows]
-    return TraceWorkload(name, tuple(rows), tuple(skipped or ()))
-
-
-def _int_field(d: dict, field: str, where: str) -> int:
-    raw = d.get(field)
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        raise WorkloadError(f"{where}: field {field!r} is missing")
-    return _num(raw.strip() if isinstance(raw, str) else raw, int, where, field, minimum=1)
-
-
-# --- Azure LLM inference trace 2023 -------------------------------------------------------
-
-_TS = re.compile(r"^\s*(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s*$")
-
-
-def parse_timestamp_ns(text: str, where: str = "timestamp") -> int:
-    """``2023-11-16 18:17:03.9799600`` -> integer nanoseconds (naive wall clock read as UTC).
-
-    Integer arithmetic: any number of fractional digits, exact to the nanosecond.
-    """
-    m = _TS.match(text or "")
-    if not m:
-        raise WorkloadError(f"{where}: field 'TIMESTAMP': expected 'YYYY-MM-DD HH:MM:SS[.fraction]', got {text!r}")
-    y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
-    frac = (m.group(7) or "")[:9].ljust(9, "0")
-    try:
-        secs = calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0))
-        if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and s < 61):
-            raise ValueError
-    except (ValueError, OverflowError):
-        raise WorkloadError(f"{where}: field 'TIMESTAMP': not a valid date/time, got {text!r}") from None
-    return secs * 1_000_000_000 + int(frac)
-
-
-_AZURE_COLS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-
-
-def _azure_rows(path: Path, tenant: str, skipped: list[SkippedRow] | None) -> list[tuple[int, TraceRow]]:
-    out: list[tuple[int, TraceRow]] = []
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in _AZURE_COLS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise WorkloadError(f"{path}:1: header lacks column(s) {missing}; an Azure trace has {list(_AZURE_COLS)}")
-        for i, d in enumerate(reader, start=2):
-            where = f"{path}:{i}"
-            try:
-                if None in d:
-                    raise WorkloadError(f"{where}: more fields than the header has")
-                ns = parse_timestamp_ns(d.get("TIMESTAMP") or "", where)
-                row = TraceRow(f"{tenant}-{i - 2}", 0.0, tenant,
-                               _int_field(d, "ContextTokens", where), _int_field(d, "GeneratedTokens", where))
-            except WorkloadError as err:
-                _collect(skipped, path, i, err)
-                continue
-            out.append((ns, row))
-    return out
-
-
-def read_azure(code_path: str | Path | None = None, conv_path: str | Path | None = None, *,
-               skip_bad_rows: bool = False, num_tenants: int | None = None, seed: int = 0,
-               zipf_s: float = 1.0) -> TraceWorkload:
-    """Azure LLM inference trace 2023; both files replayed together as tenants "code" and
-    "conv", or one file as one tenant (pass only one path).  ContextTokens -> prompt_tokens,
-    GeneratedTokens -> output_tokens; request ids ``<tenant>-<row index>``."""
-    sources = [(Path(p), t) for p, t in ((code_path, "code"), (conv_path, "conv")) if p is not None]
-    if not sources:
-        raise WorkloadError("read_azure: give code_path, conv_path or both")
-    wl = _read_azure(sources, skip_bad_rows)
-    return spread_tenants(wl, num_tenants, seed=seed, zipf_s=zipf_s) if num_tenants else wl
-
-
-def _read_azure(sources: list[tuple[Path, str]], skip_bad_rows: bool) -> TraceWorkload:
-    skipped: list[SkippedRow] | None = [] if skip_bad_rows else None
-    stamped: list[tuple[int, TraceRow]] = []
-    for p, tenant in sources:
-        if not p.exists():
-            raise WorkloadError(f"{p}: no such trace file")
-        stamped += _azure_rows(p, tenant, skipped)
-    if not stamped:
-        raise WorkloadError(f"{', '.join(str(p) for p, _ in sources)}: no usable requests")
-    ns0 = min(ns for ns, _ in stamped)
-    rows = [replace(r, arrival_s=(ns - ns0) / 1e9) for ns, r in stamped]
-    name = "azure" if len(sources) == 2 else f"azure-{sources[0][1]}"
-    return _finish(name, rows, skipped, ", ".join(str(p) for p, _ in sources))
-
-
-def _azure_tenant_for(path: Path) -> str:
-    m = re.search(r"_(code|conv)$", path.stem, re.IGNORECASE)
-    return m.group(1).lower() if m else path.stem
-
-
-# --- Mooncake ------------------------------------------------------------------------------
-
-def read_mooncake(path: str | Path, *, tenant: str = "default", skip_bad_rows: bool = False,
-                  num_tenants: int | None = None, seed: int = 0, zipf_s: float = 1.0) -> TraceWorkload:
-    """Mooncake JSONL (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``);
-    hash_ids are kept as ``TraceRow.prefix_hashes`` (512-token prefix blocks)."""
-    p = Path(path)
-    if not p.exists():
-        raise WorkloadError(f"{p}: no such trace file")
-    skipped: list[SkippedRow] | None = [] if skip_bad_rows else None
-    rows: list[TraceRow] = []
-    with p.open() as fh:
-        for i, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{p}:{i}"
-            try:
-                try:
-                    d = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise WorkloadError(f"{where}: not valid JSON ({err.msg})") from None
-                if not isinstance(d, dict):
-                    raise WorkloadError(f"{where}: each line must be a JSON object")
-                if d.get("timestamp") is None:
-                    raise WorkloadError(f"{where}: field 'timestamp' is missing")
-                ts = _num(d["timestamp"], float, where, "timestamp", minimum=0)
-                hashes = d.get("hash_ids") or []
-                if not isinstance(hashes, list) or any(isinstance(h, bool) or not isinstance(h, int) for h in hashes):
-                    raise WorkloadError(f"{where}: field 'hash_ids': expected a list of integers, got {hashes!r:.60}")
-                rows.append(TraceRow(f"mc-{i - 1}", ts / 1000.0, tenant, _int_field(d, "input_length", where),
-                                     _int_field(d, "output_length", where), prefix_hashes=tuple(hashes)))
-            except WorkloadError as err:
-                _collect(skipped, p, i, err)
-    wl = _finish(f"mooncake-{p.stem}", rows, skipped, str(p))
-    return spread_tenants(wl, num_tenants, seed=seed, zipf_s=zipf_s) if num_tenants else wl
-
-
-# --- VTC multi-client trace ---------------------------------------------------------------
-
-_VTC_COLS = ("req_id", "client", "arrival_s", "prompt_len", "output_len")
-
-
-def read_vtc(path: str | Path, *, skip_bad_rows: bool = False, num_tenants: int | None = None,
-             seed: int = 0, zipf_s: float = 1.0) -> TraceWorkload:
-    """VTC trace CSV (``req_id, client, arrival_s, prompt_len, output_len``); tenant = client."""
-    p = Path(path)
-    if not p.exists():
-        raise WorkloadError(f"{p}: no such trace file")
-    skipped: list[SkippedRow] | None = [] if skip_bad_rows else None
-    rows: list[TraceRow] = []
-    with p.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in _VTC_COLS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise WorkloadError(f"{p}:1: header lacks column(s) {missing}; a VTC trace has {list(_VTC_COLS)}")
-        for i, d in enumerate(reader, start=2):
-            where = f"{p}:{i}"
-            try:
-                if None in d:
-                    raise WorkloadError(f"{where}: more fields than the header has")
-                for f in ("req_id", "client", "arrival_s"):
-                    if not (d.get(f) or "").strip():
-                        raise WorkloadError(f"{where}: field {f!r} is missing")
-                rows.append(TraceRow(d["req_id"].strip(), _num(d["arrival_s"].strip(), float, where, "arrival_s", minimum=0),
-                                     d["client"].strip(), _int_field(d, "prompt_len", where),
-                                     _int_field(d, "output_len", where)))
-            except WorkloadError as err:
-                _collect(skipped, p, i, err)
-    wl = _finish(f"vtc-{p.stem}", rows, skipped, str(p))
-    return spread_tenants(wl, num_tenants, seed=seed, zipf_s=zipf_s) if num_tenants else wl
-
-
-# --- tokenfair's own format -----------------------------------------------------------------
-
-def read_tokenfair(path: str | Path, *, skip_bad_rows: bool = False) -> TraceWorkload:
-    """tokenfair CSV/JSONL; without skipping this is :func:`tokenfair.workload.read_trace`.
-    Arrival times are kept as written (not re-based)."""
-    p = Path(path)
-    if not skip_bad_rows:
-        wl = read_trace(p)
-        return TraceWorkload(wl.name, wl.rows)
-    skipped: list[SkippedRow] = []
-    rows: list[TraceRow] = []
-    if p.suffix.lower() == ".csv":
-        with p.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            if any(f not in (reader.fieldnames or []) for f in REQUIRED):
-                return read_tokenfair(p)  # header error: read_trace raises it
-            for i, d in enumerate(reader, start=2):
-                try:
-                    if None in d:
-                        raise WorkloadError(f"{p}:{i}: more fields than the header has")
-                    rows.append(row_from_mapping(d, f"{p}:{i}"))
-                except WorkloadError as err:
-                    _collect(skipped, p, i, err)
-    else:
-        with p.open() as fh:
-            for i, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    try:
-                        d = json.loads(line)
-                    except json.JSONDecodeError as err:
-                        raise WorkloadError(f"{p}:{i}: not valid JSON ({err.msg})") from None
-                    if not isinstance(d, dict):
-                        raise WorkloadError(f"{p}:{i}: each line must be a JSON object")
-                    rows.append(row_from_mapping(d, f"{p}:{i}"))
-                except WorkloadError as err:
-                    _collect(skipped, p, i, err)
-    return _finish(p.stem, rows, skipped, str(p), rebase=False)
-
-
-# --- generic transforms ---------------------------------------------------------------------
-
-def _rebuilt(wl: Workload, rows: Iterable[TraceRow], name: str | None = None) -> Workload:
-    return replace(wl, name=name or wl.name, rows=tuple(rows))
-
-
-def slice_time(wl: Workload, start_s: float, end_s: float | None = None) -> Workload:
-    """Rows with ``start_s <= arrival_s < end_s``, re-based so the first kept row arrives at 0."""
-    kept = [r for r in wl.rows if r.arrival_s >= start_s and (end_s is None or r.arrival_s < end_s)]
-    t0 = kept[0].arrival_s if kept else 0.0
-    return _rebuilt(wl, (replace(r, arrival_s=r.arrival_s - t0) for r in kept))
-
-
-def scale_rate(wl: Workload, factor: float) -> Workload:
-    """Multiply the request rate by ``factor`` (arrival times divided by it)."""
-    if not factor > 0 or factor == float("inf"):
-        raise WorkloadError(f"scale_rate: factor must be a positive finite number, got {factor!r}")
-    return _rebuilt(wl, (replace(r, arrival_s=r.arrival_s / factor) for r in wl.rows))
-
-
-def remap_tenants(wl: Workload, mapping: dict[str, str] | Callable[[str], str]) -> Workload:
-    """Rename tenants: a dict (tenants not in it keep their name) or a callable."""
-    fn = (lambda t: mapping.get(t, t)) if isinstance(mapping, dict) else mapping
-    cache: dict[str, str] = {}
-    for t in {r.tenant for r in wl.rows}:
-        new = fn(t)
-        if not isinstance(new, str) or not new.strip():
-            raise WorkloadError(f"remap_tenants: tenant {t!r} maps to {new!r}; need a non-empty string")
-        cache[t] = new.strip()
-    return _rebuilt(wl, (replace(r, tenant=cache[r.tenant]) for r in wl.rows))
-
-
-def limit(wl: Workload, n: int) -> Workload:
-    """The first ``n`` requests by arrival."""
-    if n < 0:
-        raise WorkloadError(f"limit: n must be >= 0, got {n}")
-    return _rebuilt(wl, wl.rows[:n])
-
-
-def spread_tenants(wl: Workload, num_tenants: int, *, seed: int = 0, zipf_s: float = 1.0) -> Workload:
-    """Assign each request to one of tenants ``t00..t{N-1}`` (Zipf-like popularity)."""
-    if not isinstance(num_tenants, int) or num_tenants < 1:
-        raise WorkloadError(f"num_tenants must be a positive integer, got {num_tenants!r}")
-    width = max(2, len(str(num_tenants - 1)))
-    names = [f"t{i:0{width}d}" for i in range(num_tenants)]
-    weights = [1.0 / (i + 1) ** zipf_s for i in range(num_tenants)]
-    picks = random.Random(seed).choices(names, weights=weights, k=len(wl.rows))
-    return _rebuilt(wl, (replace(r, tenant=t) for r, t in zip(wl.rows, picks)))
+# Readers live in traces_readers and transforms in traces_transforms; these two are also
+# imported from here (parse_timestamp_ns by callers, _finish by tokenfair.servegen).
+parse_timestamp_ns = _readers.parse_timestamp_ns
+_finish = _readers._finish
 
 
 # --- locating the traces and one entry point ------------------------------------------------
@@ -377,7 +96,6 @@ def load_workload(spec: str, *, seed: int = 0, skip_bad_rows: bool = False, num_
     else tokenfair's own CSV/JSONL.  ``duration_s``, ``max_clients``, ``start_window_s`` and
     ``rate_scale`` apply to ServeGen only; ``num_tenants`` re-spreads any workload.
     """
-    from tokenfair.servegen import generate_servegen
 
     common = dict(skip_bad_rows=skip_bad_rows)
     kind, _, sub = spec.partition(":")
@@ -424,10 +142,3 @@ def load_workload(spec: str, *, seed: int = 0, skip_bad_rows: bool = False, num_
         else:
             wl = read_tokenfair(p, **common)
     return spread_tenants(wl, num_tenants, seed=seed, zipf_s=zipf_s) if num_tenants else wl
-
-
-def __getattr__(name: str):  # lazy re-export, avoids an import cycle
-    if name == "generate_servegen":
-        from tokenfair.servegen import generate_servegen
-        return generate_servegen
-    raise AttributeError(name)

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from ..costmodel import Profile
-from ..request import Request, Status
+from ..request import Request
 from ..sched.interface import SchedulerOutput, StepResult
 from .kv_cache import CacheFullError
 from .loader import LoadedModel, build_model, load_default_model, load_gguf, load_hf_folder

@@ -29,120 +29,30 @@ are delivered after the step's tokens, so a response always ends with them.
 from __future__ import annotations
 
 import asyncio
-import math
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from typing import Any
 
 from ..contract import Contract
 from ..costmodel import Profile
 from ..request import Request, Status
-from ..sched.interface import StepResult
 from ..sched.registry import make_policy
 from ..sched.scheduler import IterationScheduler
-from .app import Delta, Done, GenRequest, Job, RecordSink, Service, ServiceError, failed_event
+from .app import GenRequest, Job, RecordSink, Service, ServiceError
 from .auth import KeyRing
+from .engine_job import IncrementalDetokenizer, ServeJob
+from .engine_worker import IDLE_POLL_S, MAX_ENGINE_ERRORS, EngineWorker
 
-IDLE_POLL_S = 0.05        # wake-up period while requests wait but nothing can run (expiry, rate limits)
-MAX_ENGINE_ERRORS = 3      # consecutive step exceptions before the engine is declared broken
-
-
-class IncrementalDetokenizer:
-    """Text deltas from a growing list of token ids (holds back incomplete UTF-8)."""
-
-    def __init__(self, decode) -> None:
-        self.decode = decode
-        self.ids: list[int] = []
-        self.prefix = 0
-        self.read = 0
-
-    def push(self, ids: list[int]) -> str:
-        self.ids.extend(ids)
-        prefix_text = self.decode(self.ids[self.prefix:self.read])
-        new_text = self.decode(self.ids[self.prefix:])
-        if len(new_text) > len(prefix_text) and not new_text.endswith("\ufffd"):
-            self.prefix, self.read = self.read, len(self.ids)
-            return new_text[len(prefix_text):]
-        return ""
-
-    def flush(self) -> str:
-        prefix_text = self.decode(self.ids[self.prefix:self.read])
-        new_text = self.decode(self.ids[self.prefix:])
-        self.prefix = self.read = len(self.ids)
-        return new_text[len(prefix_text):] if len(new_text) > len(prefix_text) else ""
+# Split into engine_job (request bridge) and engine_worker (worker thread); the public
+# names stay importable from here.
+__all__ = [
+    "IDLE_POLL_S", "MAX_ENGINE_ERRORS", "IncrementalDetokenizer", "ServeJob", "EngineBackend",
+    "build_engine_service",
+]
 
 
-class ServeJob(Job):
-    def __init__(self, g: GenRequest, req: Request, decode, stops: list[str], model: str) -> None:
-        super().__init__(g, req)
-        self.model = model
-        self.q: asyncio.Queue = asyncio.Queue()
-        self.ready: deque = deque()
-        self.detok = IncrementalDetokenizer(decode) if decode is not None else None
-        self.stops = stops
-        self.hold = max((len(s) for s in stops), default=1) - 1
-        self.pending = ""
-        self.stopped = False
-        self.buf: list[int] = []        # token ids sampled in the current step (worker thread)
-        self.ended = False
-
-    # worker thread
-    def on_token(self, token_id: int | None, finish_reason: str | None, dirty: list) -> None:
-        if token_id is None:
-            return
-        if not self.buf:
-            dirty.append(self)
-        self.buf.append(token_id)
-
-    # asyncio thread
-    def _text(self, delta: str, final: bool) -> str:
-        if self.stopped:
-            return ""
-        self.pending += delta
-        if self.stops:
-            hits = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
-            if hits:
-                out, self.pending, self.stopped = self.pending[:min(hits)], "", True
-                return out
-            if not final and self.hold:
-                cut = max(0, len(self.pending) - self.hold)
-                out, self.pending = self.pending[:cut], self.pending[cut:]
-                return out
-        out, self.pending = self.pending, ""
-        return out
-
-    def _consume(self, item) -> None:
-        kind = item[0]
-        if kind == "tok":
-            ids = item[1]
-            text = self.detok.push(ids) if self.detok is not None else ""
-            self.ready.append(Delta(self._text(text, False), len(ids)))
-            return
-        req = self.req
-        if req.status is Status.FINISHED:
-            tail = self.detok.flush() if self.detok is not None else ""
-            text = self._text(tail, True)
-            if text:
-                self.ready.append(Delta(text, 0))
-            payload = req.payload
-            reason = getattr(payload, "finish_reason", None)
-            if reason not in ("stop", "length"):
-                reason = "length" if req.num_output >= req.max_tokens else "stop"
-            if self.stopped:
-                reason = "stop"
-            self.ready.append(Done(reason, req.prompt_tokens, len(getattr(payload, "output_ids", ())) or req.num_output))
-        else:
-            self.ready.append(failed_event(req))
-        self.finished.set()
-
-    async def next_event(self):
-        while not self.ready:
-            self._consume(await self.q.get())
-        return self.ready.popleft()
-
-
-class EngineBackend(Service):
+class EngineBackend(EngineWorker, Service):
     mode = "serve"
 
     def __init__(self, contract: Contract, keyring: KeyRing, engine, profile: Profile, *, policy: str = "fair",
@@ -331,135 +241,6 @@ class EngineBackend(Service):
         self._publish([], ended, threadsafe=False)
         self.wake.set()
 
-    # ------------------------------------------------------------------ worker
-    def _drain_ended(self) -> list[Request]:
-        ended, self.sched.ended = self.sched.ended, []
-        return ended
-
-    def _publish(self, tokens: list[tuple[ServeJob, list[int]]], ended: list[Request], threadsafe: bool) -> None:
-        items: list[tuple[ServeJob, tuple]] = [(job, ("tok", ids)) for job, ids in tokens]
-        for req in ended:
-            job = self.jobs.pop(req.request_id, None)
-            if job is None or job.ended:
-                continue
-            job.ended = True
-            if req.status is Status.REJECTED:
-                self.metrics.rejected(req.tenant, req.reason)
-            fin = getattr(req.payload, "finish_reason", None) if req.status is Status.FINISHED else None
-            self.record(req, endpoint=job.g.kind, finish_reason=fin)
-            items.append((job, ("end",)))
-        if not items:
-            return
-        if threadsafe and self.loop is not None:
-            try:
-                self.loop.call_soon_threadsafe(_deliver, items)
-            except RuntimeError:       # the event loop is closed (process exit)
-                pass
-        else:
-            _deliver(items)
-
-    def _take_tokens(self) -> list[tuple[ServeJob, list[int]]]:
-        out = []
-        for job in self._dirty:
-            out.append((job, job.buf))
-            job.buf = []
-        self._dirty.clear()
-        return out
-
-    def _prepare_locked(self, now: float) -> None:
-        """Apply what the HTTP side queued: engine adds, aborts of running requests, forgets."""
-        eng = self.engine
-        for req in self._forget:
-            eng.forget(req)
-        self._forget.clear()
-        for req in self._adds:
-            if req.status.is_terminal:
-                continue
-            try:
-                eng.add(req)
-            except ValueError as err:
-                self.sched.abort(req, Status.FAILED, f"engine_rejected: {err}", now)
-        self._adds.clear()
-        for req, status, reason in self._aborts:
-            if not req.status.is_terminal:
-                self.sched.abort(req, status, reason, now)
-            eng.forget(req)
-        self._aborts.clear()
-
-    def _run(self) -> None:
-        try:
-            self._loop()
-        except Exception as err:  # noqa: BLE001 - a scheduler/engine bug: fail everything, never hang
-            self._die(err)
-
-    def _die(self, err: Exception) -> None:
-        import logging
-        logging.getLogger("tokenfair.serve").exception("engine worker stopped: %s", err)
-        self.broken = f"{type(err).__name__}: {err}"
-        now = self.now()
-        with self.lock:
-            ended = []
-            for job in list(self.jobs.values()):
-                r = job.req
-                if not r.status.is_terminal:
-                    r.status, r.reason, r.finish_s = Status.FAILED, f"engine_error: worker stopped ({self.broken})", now
-                ended.append(r)
-        self._publish([], ended, threadsafe=True)
-
-    def _loop(self) -> None:
-        errors = 0
-        while True:
-            self.wake.clear()
-            out = None
-            sleep = 1.0
-            with self.lock:
-                if self._stop:
-                    break
-                now = self.now()
-                self._prepare_locked(now)
-                if self.sched.has_work():
-                    out = self.sched.schedule(now)
-                    if out.is_empty and not out.preempted:
-                        self._forget.extend(out.aborted)
-                        wake = self.sched.policy_wakeup(now)
-                        if not self.sched.running and wake == math.inf and self.policy.num_waiting():
-                            self.sched.fail_waiting("unschedulable: no resource can ever admit it", now)
-                        sleep = min(max(0.0, wake - now), IDLE_POLL_S)
-                        out = None
-                ended = self._drain_ended()
-                for req in ended:
-                    if out is None or req not in out.aborted:
-                        self._forget.append(req)
-            self._publish([], ended, threadsafe=True)
-            if out is None:
-                if not self._forget:
-                    self.wake.wait(sleep)
-                continue
-            try:
-                result = self.engine.execute(out)
-                errors = 0
-            except Exception as err:  # noqa: BLE001 - keep serving; fail this step's requests
-                errors += 1
-                reason = f"engine_error: {type(err).__name__}: {err}"
-                result = StepResult(duration_s=0.0, failed=[(r, reason) for r, _ in out.prefill]
-                                    + [(r, reason) for r in out.decode])
-                if errors >= MAX_ENGINE_ERRORS:
-                    self.broken = reason
-            tokens = self._take_tokens()
-            with self.lock:
-                now = self.now()
-                ended = self.sched.update_from_output(out, result, now)
-                ended += self._drain_ended()
-                for req in ended:
-                    if req.status is not Status.FINISHED:
-                        self.engine.forget(req)
-                self.num_steps += 1
-            for req, _mode in out.preempted:
-                self.metrics.preempted(req.tenant)
-            self._publish(tokens, ended, threadsafe=True)
-            if self.broken is not None:
-                self._fail_all(f"failed: engine broken ({self.broken})")
-
     # ------------------------------------------------------------------ metrics
     def snapshot(self) -> dict:
         with self.lock:
@@ -478,11 +259,6 @@ class EngineBackend(Service):
                 ("tokenfair_engine_steps", "Engine steps executed", (), {(): self.num_steps}),
             ]
         return {"queue": dict(queue), "running": dict(running), "share": share, "entitled": entitled, "extra": extra}
-
-
-def _deliver(items) -> None:
-    for job, item in items:
-        job.q.put_nowait(item)
 
 
 def build_engine_service(model: str, contract: Contract, keyring: KeyRing, *, threads: int = 2,

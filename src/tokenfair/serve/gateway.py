@@ -26,18 +26,8 @@ hooks, without the iteration mechanics (there are no steps, KV blocks or chunks 
             policy's per-token time is the backends' observed time per output token, so
             ``expire`` fails a queued request whose deadline can no longer be met (504).
 
-Window (per backend, documented AIMD on time to first token).  A backend that is given
-more work than it runs at once queues it internally, which shows up as TTFT far above
-what the same prompt length gets on an unloaded backend.  Per prompt-length bucket
-(powers of two) the window keeps a baseline TTFT: the lowest observed, forgotten slowly
-(it drifts up ``baseline_drift`` per second so old minima expire).  On each first token:
-
-  * TTFT <= ``tolerance`` x baseline + ``slack_s`` ("not queueing") and the window is in
-    use (in flight >= window - 1): grow -- by 1 per response in slow start (doubling per
-    round trip, until the first decrease), then by 1/window per response (+1 per round);
-  * TTFT above that target: shrink to ``beta`` x window (at least ``min``), at most once
-    per round trip: requests released before the last decrease do not shrink it again;
-  * a 429/503 answer or a connection error: shrink (and retry the request elsewhere).
+Window (per backend, documented AIMD on time to first token): see
+:mod:`tokenfair.serve.gateway_window`.
 
 The contract's ``engine.max_running`` bounds the requests in flight through the gateway in
 total (slot reservations, ``min_share x max_running``, apply to that budget): set it to
@@ -58,118 +48,32 @@ contract sees the same tenant); ``x-tokenfair-*`` headers are forwarded, the bod
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 
 import httpx
 
 from ..contract import Contract
 from ..costmodel import Profile
 from ..kv import BlockPool
-from ..request import Request, Status
+from ..request import Status
 from ..sched.predictor import OnlinePredictor
 from ..sched.registry import make_policy
-from .app import Delta, Done, Failed, GenRequest, Job, RecordSink, Service, failed_event
+from .app import GenRequest, Job, RecordSink, Service, failed_event
 from .auth import KeyRing
+from .gateway_backend import BackendClient, GatewayJob
+from .gateway_dispatch import IDLE_POLL_S, Dispatcher
+from .gateway_window import AdaptiveWindow, Backend, WindowConfig, normalize_backend_url
 
-IDLE_POLL_S = 0.05
+# Split into gateway_window (AIMD window, backend state), gateway_backend (proxy, probes)
+# and gateway_dispatch (dispatch loop); the public names stay importable from here.
+__all__ = [
+    "IDLE_POLL_S", "DEFAULT_MAX_TOKENS", "WindowConfig", "AdaptiveWindow", "Backend", "normalize_backend_url",
+    "estimate_prompt_tokens", "GatewayJob", "Gateway",
+]
+
 DEFAULT_MAX_TOKENS = 1024       # the charge's output bound for a request without max_tokens
-
-
-@dataclass(frozen=True)
-class WindowConfig:
-    initial: float = 2.0
-    min: float = 1.0
-    max: float = 256.0
-    tolerance: float = 2.0
-    slack_s: float = 0.05
-    beta: float = 0.7
-    baseline_drift: float = 0.01
-    max_inflight_tokens: int | None = None
-
-
-def _bucket(prompt_tokens: int) -> int:
-    return max(0, int(prompt_tokens).bit_length() - 6)
-
-
-class AdaptiveWindow:
-    """AIMD concurrency window driven by time to first token (see the module docstring)."""
-
-    def __init__(self, cfg: WindowConfig) -> None:
-        self.cfg = cfg
-        self.window = float(max(cfg.min, min(cfg.max, cfg.initial)))
-        self.baseline: dict[int, tuple[float, float]] = {}     # bucket -> (ttft, when observed)
-        self.slow_start = True
-        self.last_decrease_s = -math.inf
-        self.increases = 0
-        self.decreases = 0
-
-    @property
-    def limit(self) -> int:
-        return max(1, int(self.window))
-
-    def baseline_s(self, prompt_tokens: int, now: float) -> float | None:
-        b = self.baseline.get(_bucket(prompt_tokens))
-        if b is None:
-            return None
-        return b[0] * (1.0 + self.cfg.baseline_drift) ** max(0.0, now - b[1])
-
-    def target_s(self, prompt_tokens: int, now: float) -> float | None:
-        base = self.baseline_s(prompt_tokens, now)
-        return None if base is None else self.cfg.tolerance * base + self.cfg.slack_s
-
-    def on_first_token(self, ttft: float, prompt_tokens: int, released_s: float, inflight: int, now: float) -> None:
-        target = self.target_s(prompt_tokens, now)
-        base = self.baseline_s(prompt_tokens, now)
-        if base is None or ttft < base:
-            self.baseline[_bucket(prompt_tokens)] = (ttft, now)
-        if target is not None and ttft > target:
-            self._decrease(released_s, now)
-            return
-        if inflight >= self.window - 1:
-            self.window = min(self.cfg.max, self.window + (1.0 if self.slow_start else 1.0 / self.window))
-            self.increases += 1
-
-    def on_overload(self, released_s: float, now: float) -> None:
-        self._decrease(released_s, now)
-
-    def _decrease(self, released_s: float, now: float) -> None:
-        if released_s < self.last_decrease_s:
-            return                       # released under the old window: already accounted for
-        self.slow_start = False
-        self.window = max(self.cfg.min, self.window * self.cfg.beta)
-        self.last_decrease_s = now
-        self.decreases += 1
-
-
-@dataclass
-class Backend:
-    url: str                          # base URL ending in /v1
-    window: AdaptiveWindow
-    name: str = ""
-    up: bool = True
-    next_probe_s: float = 0.0
-    probe_backoff_s: float = 0.5
-    inflight: int = 0
-    inflight_tokens: int = 0
-    ttft_ewma_s: float | None = None
-    tpot_ewma_s: float | None = None
-    served: int = 0
-    errors: int = 0
-    models: list[str] = field(default_factory=list)
-
-    def room(self) -> int:
-        return self.window.limit - self.inflight
-
-
-def normalize_backend_url(url: str) -> str:
-    u = url.strip().rstrip("/")
-    if not u.startswith(("http://", "https://")):
-        raise ValueError(f"backend {url!r}: expected an http(s):// URL")
-    return u if u.endswith("/v1") else u + "/v1"
 
 
 def estimate_prompt_tokens(g: GenRequest, chars_per_token: float) -> int:
@@ -184,23 +88,7 @@ def estimate_prompt_tokens(g: GenRequest, chars_per_token: float) -> int:
     return max(1, len(p))
 
 
-class GatewayJob(Job):
-    def __init__(self, g: GenRequest, req: Request) -> None:
-        super().__init__(g, req)
-        self.q: asyncio.Queue = asyncio.Queue()
-        self.task: asyncio.Task | None = None
-        self.backend: Backend | None = None
-        self.released_s = 0.0
-        self.charge_tokens = 0
-        self.retries = 0
-        self.cancel_reason: str | None = None
-        self.ended = False
-
-    async def next_event(self):
-        return await self.q.get()
-
-
-class Gateway(Service):
+class Gateway(Dispatcher, BackendClient, Service):
     mode = "gateway"
 
     def __init__(self, contract: Contract, keyring: KeyRing, backends: list[str], *, policy: str = "fair",
@@ -353,301 +241,6 @@ class Gateway(Service):
         if self.wake is not None:
             self.wake.set()
 
-    # ------------------------------------------------------------------ dispatch
-    async def _dispatch_loop(self) -> None:
-        while not self._stopped:
-            try:
-                await asyncio.wait_for(self.wake.wait(), timeout=self._sleep)
-            except asyncio.TimeoutError:
-                pass
-            self.wake.clear()
-            try:
-                self._dispatch_round()
-            except Exception as err:  # noqa: BLE001 - a policy bug must not stop the gateway
-                import logging
-                logging.getLogger("tokenfair.gateway").exception("dispatch round failed: %s", err)
-                await asyncio.sleep(IDLE_POLL_S)
-
-    def _tpot_estimate(self) -> float | None:
-        vals = [b.tpot_ewma_s for b in self.backends if b.tpot_ewma_s is not None]
-        return sum(vals) / len(vals) if vals else None
-
-    def _free_backend(self, tokens: int) -> Backend | None:
-        best, best_key = None, None
-        cap = self.window_cfg.max_inflight_tokens
-        for b in self.backends:
-            if not b.up or b.room() <= 0:
-                continue
-            if cap is not None and b.inflight > 0 and b.inflight_tokens + tokens > cap:
-                continue
-            key = (-b.room() / b.window.limit, b.ttft_ewma_s or 0.0)
-            if best_key is None or key < best_key:
-                best, best_key = b, key
-        return best
-
-    def _dispatch_round(self) -> None:
-        policy = self.policy
-        now = self.now()
-        elapsed = now - self._last_round_s
-        if elapsed > 0:
-            policy.on_step_end(now, elapsed)
-            self._last_round_s = now
-        tpot = self._tpot_estimate()
-        if tpot is not None and hasattr(policy, "step_ewma_s"):
-            policy.step_ewma_s = tpot
-        for req, reason in policy.expire(now):
-            job = self.jobs.get(req.request_id)
-            if job is not None:
-                self._end(job, Status.EXPIRED, reason)
-        blocked: set[str] = set()
-        max_running = self.contract.engine.max_running
-        while policy.num_waiting() and len(self.running) < max_running:
-            if self._free_backend(0) is None:
-                break
-            cand = policy.pick(now, blocked)
-            if cand is None:
-                break
-            tokens = cand.prompt_tokens + cand.predicted_remaining
-            b = self._free_backend(tokens)
-            if b is None:
-                break
-            if not policy.can_admit(cand, now, len(self.running)):
-                if policy.hol_blocking:
-                    break
-                blocked.add(cand.tenant)
-                continue
-            policy.take(cand)
-            cand.status = Status.RUNNING
-            if cand.scheduled_s is None:
-                cand.scheduled_s = now
-            policy.on_admit(cand, now)
-            job = self.jobs[cand.request_id]
-            job.backend = b
-            job.released_s = now
-            job.charge_tokens = tokens
-            b.inflight += 1
-            b.inflight_tokens += tokens
-            self.running.add(job)
-            job.task = asyncio.ensure_future(self._proxy(job, b))
-            job.task.add_done_callback(lambda t, job=job, b=b, n=tokens: self._proxy_done(job, b, n, t))
-        wake = policy.next_wakeup(now)
-        self._sleep = IDLE_POLL_S if policy.num_waiting() else 1.0
-        if wake < math.inf:
-            self._sleep = min(self._sleep, max(0.001, wake - now))
-
-    # ------------------------------------------------------------------ backend calls
-    def _headers(self, job: GatewayJob) -> dict[str, str]:
-        h = {k: v for k, v in job.g.forward_headers.items() if k.lower().startswith("x-tokenfair-")}
-        if self.backend_key is not None:
-            h["authorization"] = f"Bearer {self.backend_key}"
-        else:
-            for k, v in job.g.forward_headers.items():
-                if k.lower() in ("authorization", "x-api-key"):
-                    h[k.lower()] = v
-        g = job.g
-        if g.klass and "x-tokenfair-class" not in h:
-            h["x-tokenfair-class"] = g.klass
-        if g.deadline_s is not None and "x-tokenfair-deadline-s" not in h:
-            h["x-tokenfair-deadline-s"] = repr(g.deadline_s)
-        if g.priority is not None and "x-tokenfair-priority" not in h:
-            h["x-tokenfair-priority"] = repr(g.priority)
-        return h
-
-    def _body(self, job: GatewayJob, b: Backend) -> dict:
-        body = {k: v for k, v in job.g.raw.items() if k != "tokenfair"}
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
-        if not body.get("model") and b.models:
-            body["model"] = b.models[0]
-        return body
-
-    def _requeue_or_fail(self, job: GatewayJob, b: Backend, reason: str, status: int) -> None:
-        req = job.req
-        now = self.now()
-        if job.retries < self.max_retries and not self.closing and req.num_output == 0:
-            job.retries += 1
-            self.running.discard(job)
-            req.num_preemptions += 1
-            req.last_preempt_s = now
-            req.status = Status.WAITING
-            self.policy.enqueue(req, now)
-            self.metrics.preempted(req.tenant)
-            return
-        self._end(job, Status.FAILED, reason,
-                  Failed(status, f"request failed: {reason}", reason.split(":", 1)[0]), http_status=status)
-
-    async def _proxy(self, job: GatewayJob, b: Backend) -> None:
-        req, g = job.req, job.g
-        path = "/chat/completions" if g.kind == "chat" else "/completions"
-        chat = g.kind == "chat"
-        finish_reason = None
-        usage = None
-        prompt_est = req.prompt_tokens
-        try:
-            async with self.client.stream("POST", b.url + path, json=self._body(job, b),
-                                          headers=self._headers(job)) as resp:
-                if resp.status_code != 200:
-                    await self._backend_refused(job, b, resp)
-                    return
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    try:
-                        chunk = json.loads(data)
-                    except json.JSONDecodeError:
-                        continue
-                    if "error" in chunk:
-                        err = chunk["error"] or {}
-                        msg = err.get("message", "error") if isinstance(err, dict) else str(err)
-                        raise _StreamError(f"backend_error: {b.name}: {msg}")
-                    m = chunk.get("model")
-                    if m:
-                        if not job.model:
-                            job.model = m
-                        if m not in b.models:
-                            b.models.append(m)
-                    if chunk.get("usage"):
-                        usage = chunk["usage"]
-                    for c in chunk.get("choices") or []:
-                        text = (c.get("delta") or {}).get("content") if chat else c.get("text")
-                        if text:
-                            self._on_token(job, b, text)
-                        if c.get("finish_reason"):
-                            finish_reason = c["finish_reason"]
-            self._on_complete(job, b, usage, finish_reason, prompt_est)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as err:
-            self._mark_down(b, f"{type(err).__name__}")
-            b.window.on_overload(job.released_s, self.now())
-            self._requeue_or_fail(job, b, f"backend_unavailable: {b.name}: {type(err).__name__}", 503)
-        except (_StreamError, httpx.HTTPError) as err:
-            b.errors += 1
-            reason = str(err) if isinstance(err, _StreamError) else f"backend_error: {b.name}: {type(err).__name__}: {err}"
-            if req.num_output == 0:
-                self._requeue_or_fail(job, b, reason, 502)
-            else:
-                self._end(job, Status.FAILED, reason, Failed(502, f"request failed: {reason}", "backend_error"),
-                          http_status=502)
-
-    def _proxy_done(self, job: GatewayJob, b: Backend, tokens: int, task: asyncio.Task) -> None:
-        """Always runs, even for a task cancelled before it started: release the window slot
-        and end a job the task did not end (cancelled: client gone or shutdown; crashed).
-        A job re-queued by this task and already released again belongs to its new task."""
-        b.inflight -= 1
-        b.inflight_tokens -= tokens
-        if job.task is not task:
-            if self.wake is not None:
-                self.wake.set()
-            return
-        self.running.discard(job)
-        if not job.ended and job.req.status is Status.RUNNING:
-            if task.cancelled():
-                self._end(job, Status.FAILED, job.cancel_reason or "shutdown: the gateway is stopping")
-            else:
-                err = task.exception()
-                reason = f"gateway_error: {type(err).__name__}: {err}" if err else "gateway_error: proxy ended early"
-                self._end(job, Status.FAILED, reason, Failed(500, reason, "gateway_error"), http_status=500)
-        if self.wake is not None:
-            self.wake.set()
-
-    async def _backend_refused(self, job: GatewayJob, b: Backend, resp: httpx.Response) -> None:
-        raw = await resp.aread()
-        try:
-            err = json.loads(raw).get("error") or {}
-            msg = err.get("message") if isinstance(err, dict) else str(err)
-        except (json.JSONDecodeError, AttributeError):
-            msg = raw[:200].decode(errors="replace")
-        status = resp.status_code
-        reason = f"backend_status: {b.name} answered {status}: {msg}"
-        if status in (429, 503):
-            b.window.on_overload(job.released_s, self.now())
-            self._requeue_or_fail(job, b, reason, status)
-        elif status >= 500:
-            b.errors += 1
-            self._requeue_or_fail(job, b, reason, 502)
-        else:
-            self._end(job, Status.FAILED, reason, Failed(status, msg or reason, "backend_status"), http_status=status)
-
-    def _on_token(self, job: GatewayJob, b: Backend, text: str) -> None:
-        req = job.req
-        now = self.now()
-        if req.first_token_s is None:
-            req.first_token_s = now
-            ttft = now - job.released_s
-            b.ttft_ewma_s = ttft if b.ttft_ewma_s is None else b.ttft_ewma_s + 0.1 * (ttft - b.ttft_ewma_s)
-            b.window.on_first_token(ttft, req.prompt_tokens, job.released_s, b.inflight, now)
-            req.num_computed = req.prompt_tokens + 1
-            req.num_output = 1
-            self.policy.on_served(req, req.prompt_tokens, 1, now)
-            self.wake.set()          # the window may have grown
-        else:
-            req.num_output += 1
-            req.num_computed += 1
-            self.policy.on_served(req, 0, 1, now)
-        job.q.put_nowait(Delta(text, 1))
-
-    def _on_complete(self, job: GatewayJob, b: Backend, usage, finish_reason, prompt_est: int) -> None:
-        req = job.req
-        now = self.now()
-        if usage:
-            p = int(usage.get("prompt_tokens") or req.prompt_tokens)
-            n = int(usage.get("completion_tokens") or req.num_output)
-            extra_prompt = max(0, p - req.prompt_tokens) if req.num_output else p
-            extra_out = max(0, n - req.num_output)
-            req.prompt_tokens = p
-            if n > 0 and req.first_token_s is None:
-                req.first_token_s = now
-            req.num_output = n
-            req.num_computed = p + n
-            if extra_prompt or extra_out:
-                self.policy.on_served(req, extra_prompt, extra_out, now)
-        if req.first_token_s is not None and req.num_output > 1:
-            tpot = (now - req.first_token_s) / (req.num_output - 1)
-            b.tpot_ewma_s = tpot if b.tpot_ewma_s is None else b.tpot_ewma_s + 0.1 * (tpot - b.tpot_ewma_s)
-        b.served += 1
-        fr = finish_reason or ("length" if req.num_output >= req.max_tokens else "stop")
-        self._end(job, Status.FINISHED, f"backend_{fr}",
-                  Done(fr, req.prompt_tokens, req.num_output), finish_reason=fr)
-
-    # ------------------------------------------------------------------ health
-    def _mark_down(self, b: Backend, why: str) -> None:
-        if b.up:
-            b.up = False
-            b.probe_backoff_s = 0.5
-        b.next_probe_s = self.now() + b.probe_backoff_s
-
-    async def _probe(self, b: Backend) -> bool:
-        headers = {"authorization": f"Bearer {self.backend_key}"} if self.backend_key else {}
-        try:
-            r = await self.client.get(b.url + "/models", headers=headers, timeout=2.0)
-        except httpx.HTTPError:
-            self._mark_down(b, "probe failed")
-            b.probe_backoff_s = min(5.0, b.probe_backoff_s * 2)
-            return False
-        if r.status_code >= 500:
-            self._mark_down(b, f"probe {r.status_code}")
-            return False
-        if r.status_code == 200:
-            try:
-                b.models = [m["id"] for m in r.json().get("data", []) if "id" in m]
-            except (ValueError, AttributeError, TypeError, KeyError):
-                pass
-        if not b.up:
-            b.up = True
-            if self.wake is not None:
-                self.wake.set()
-        return True
-
-    async def _probe_loop(self) -> None:
-        while not self._stopped:
-            await asyncio.sleep(0.25)
-            now = self.now()
-            down = [b for b in self.backends if not b.up and now >= b.next_probe_s]
-            if down:
-                await asyncio.gather(*(self._probe(b) for b in down))
-
     # ------------------------------------------------------------------ metrics
     def snapshot(self) -> dict:
         now = self.now()
@@ -666,7 +259,3 @@ class Gateway(Service):
              per(lambda b: b.ttft_ewma_s or 0.0)),
         ]
         return {"queue": dict(queue), "running": dict(running), "share": share, "entitled": entitled, "extra": extra}
-
-
-class _StreamError(Exception):
-    pass

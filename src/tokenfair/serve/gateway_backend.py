@@ -1,0 +1,254 @@
+"""The gateway's backend client: proxying one released request to a backend (streamed,
+re-framed, charged per token), backend refusals and retries, and health probes.
+
+:class:`BackendClient` is a mixin of :class:`~tokenfair.serve.gateway.Gateway`; it uses the
+gateway's state (``client``, ``policy``, ``jobs``, ``running``, ``wake``, ...) and its
+``_end``.  :class:`GatewayJob` is a request's state while the gateway holds it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+
+from ..request import Request, Status
+from .gateway_window import Backend
+from .jobs import Delta, Done, Failed, GenRequest, Job
+
+
+class GatewayJob(Job):
+    def __init__(self, g: GenRequest, req: Request) -> None:
+        super().__init__(g, req)
+        self.q: asyncio.Queue = asyncio.Queue()
+        self.task: asyncio.Task | None = None
+        self.backend: Backend | None = None
+        self.released_s = 0.0
+        self.charge_tokens = 0
+        self.retries = 0
+        self.cancel_reason: str | None = None
+        self.ended = False
+
+    async def next_event(self):
+        return await self.q.get()
+
+
+class BackendClient:
+    """Backend calls and health of :class:`~tokenfair.serve.gateway.Gateway` (a mixin)."""
+
+    def _headers(self, job: GatewayJob) -> dict[str, str]:
+        h = {k: v for k, v in job.g.forward_headers.items() if k.lower().startswith("x-tokenfair-")}
+        if self.backend_key is not None:
+            h["authorization"] = f"Bearer {self.backend_key}"
+        else:
+            for k, v in job.g.forward_headers.items():
+                if k.lower() in ("authorization", "x-api-key"):
+                    h[k.lower()] = v
+        g = job.g
+        if g.klass and "x-tokenfair-class" not in h:
+            h["x-tokenfair-class"] = g.klass
+        if g.deadline_s is not None and "x-tokenfair-deadline-s" not in h:
+            h["x-tokenfair-deadline-s"] = repr(g.deadline_s)
+        if g.priority is not None and "x-tokenfair-priority" not in h:
+            h["x-tokenfair-priority"] = repr(g.priority)
+        return h
+
+    def _body(self, job: GatewayJob, b: Backend) -> dict:
+        body = {k: v for k, v in job.g.raw.items() if k != "tokenfair"}
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        if not body.get("model") and b.models:
+            body["model"] = b.models[0]
+        return body
+
+    def _requeue_or_fail(self, job: GatewayJob, b: Backend, reason: str, status: int) -> None:
+        req = job.req
+        now = self.now()
+        if job.retries < self.max_retries and not self.closing and req.num_output == 0:
+            job.retries += 1
+            self.running.discard(job)
+            req.num_preemptions += 1
+            req.last_preempt_s = now
+            req.status = Status.WAITING
+            self.policy.enqueue(req, now)
+            self.metrics.preempted(req.tenant)
+            return
+        self._end(job, Status.FAILED, reason,
+                  Failed(status, f"request failed: {reason}", reason.split(":", 1)[0]), http_status=status)
+
+    async def _proxy(self, job: GatewayJob, b: Backend) -> None:
+        req, g = job.req, job.g
+        path = "/chat/completions" if g.kind == "chat" else "/completions"
+        chat = g.kind == "chat"
+        finish_reason = None
+        usage = None
+        prompt_est = req.prompt_tokens
+        try:
+            async with self.client.stream("POST", b.url + path, json=self._body(job, b),
+                                          headers=self._headers(job)) as resp:
+                if resp.status_code != 200:
+                    await self._backend_refused(job, b, resp)
+                    return
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    try:
+                        chunk = json.loads(data)
+                    except json.JSONDecodeError:
+                        continue
+                    if "error" in chunk:
+                        err = chunk["error"] or {}
+                        msg = err.get("message", "error") if isinstance(err, dict) else str(err)
+                        raise _StreamError(f"backend_error: {b.name}: {msg}")
+                    m = chunk.get("model")
+                    if m:
+                        if not job.model:
+                            job.model = m
+                        if m not in b.models:
+                            b.models.append(m)
+                    if chunk.get("usage"):
+                        usage = chunk["usage"]
+                    for c in chunk.get("choices") or []:
+                        text = (c.get("delta") or {}).get("content") if chat else c.get("text")
+                        if text:
+                            self._on_token(job, b, text)
+                        if c.get("finish_reason"):
+                            finish_reason = c["finish_reason"]
+            self._on_complete(job, b, usage, finish_reason, prompt_est)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as err:
+            self._mark_down(b, f"{type(err).__name__}")
+            b.window.on_overload(job.released_s, self.now())
+            self._requeue_or_fail(job, b, f"backend_unavailable: {b.name}: {type(err).__name__}", 503)
+        except (_StreamError, httpx.HTTPError) as err:
+            b.errors += 1
+            reason = str(err) if isinstance(err, _StreamError) else f"backend_error: {b.name}: {type(err).__name__}: {err}"
+            if req.num_output == 0:
+                self._requeue_or_fail(job, b, reason, 502)
+            else:
+                self._end(job, Status.FAILED, reason, Failed(502, f"request failed: {reason}", "backend_error"),
+                          http_status=502)
+
+    def _proxy_done(self, job: GatewayJob, b: Backend, tokens: int, task: asyncio.Task) -> None:
+        """Always runs, even for a task cancelled before it started: release the window slot
+        and end a job the task did not end (cancelled: client gone or shutdown; crashed).
+        A job re-queued by this task and already released again belongs to its new task."""
+        b.inflight -= 1
+        b.inflight_tokens -= tokens
+        if job.task is not task:
+            if self.wake is not None:
+                self.wake.set()
+            return
+        self.running.discard(job)
+        if not job.ended and job.req.status is Status.RUNNING:
+            if task.cancelled():
+                self._end(job, Status.FAILED, job.cancel_reason or "shutdown: the gateway is stopping")
+            else:
+                err = task.exception()
+                reason = f"gateway_error: {type(err).__name__}: {err}" if err else "gateway_error: proxy ended early"
+                self._end(job, Status.FAILED, reason, Failed(500, reason, "gateway_error"), http_status=500)
+        if self.wake is not None:
+            self.wake.set()
+
+    async def _backend_refused(self, job: GatewayJob, b: Backend, resp: httpx.Response) -> None:
+        raw = await resp.aread()
+        try:
+            err = json.loads(raw).get("error") or {}
+            msg = err.get("message") if isinstance(err, dict) else str(err)
+        except (json.JSONDecodeError, AttributeError):
+            msg = raw[:200].decode(errors="replace")
+        status = resp.status_code
+        reason = f"backend_status: {b.name} answered {status}: {msg}"
+        if status in (429, 503):
+            b.window.on_overload(job.released_s, self.now())
+            self._requeue_or_fail(job, b, reason, status)
+        elif status >= 500:
+            b.errors += 1
+            self._requeue_or_fail(job, b, reason, 502)
+        else:
+            self._end(job, Status.FAILED, reason, Failed(status, msg or reason, "backend_status"), http_status=status)
+
+    def _on_token(self, job: GatewayJob, b: Backend, text: str) -> None:
+        req = job.req
+        now = self.now()
+        if req.first_token_s is None:
+            req.first_token_s = now
+            ttft = now - job.released_s
+            b.ttft_ewma_s = ttft if b.ttft_ewma_s is None else b.ttft_ewma_s + 0.1 * (ttft - b.ttft_ewma_s)
+            b.window.on_first_token(ttft, req.prompt_tokens, job.released_s, b.inflight, now)
+            req.num_computed = req.prompt_tokens + 1
+            req.num_output = 1
+            self.policy.on_served(req, req.prompt_tokens, 1, now)
+            self.wake.set()          # the window may have grown
+        else:
+            req.num_output += 1
+            req.num_computed += 1
+            self.policy.on_served(req, 0, 1, now)
+        job.q.put_nowait(Delta(text, 1))
+
+    def _on_complete(self, job: GatewayJob, b: Backend, usage, finish_reason, prompt_est: int) -> None:
+        req = job.req
+        now = self.now()
+        if usage:
+            p = int(usage.get("prompt_tokens") or req.prompt_tokens)
+            n = int(usage.get("completion_tokens") or req.num_output)
+            extra_prompt = max(0, p - req.prompt_tokens) if req.num_output else p
+            extra_out = max(0, n - req.num_output)
+            req.prompt_tokens = p
+            if n > 0 and req.first_token_s is None:
+                req.first_token_s = now
+            req.num_output = n
+            req.num_computed = p + n
+            if extra_prompt or extra_out:
+                self.policy.on_served(req, extra_prompt, extra_out, now)
+        if req.first_token_s is not None and req.num_output > 1:
+            tpot = (now - req.first_token_s) / (req.num_output - 1)
+            b.tpot_ewma_s = tpot if b.tpot_ewma_s is None else b.tpot_ewma_s + 0.1 * (tpot - b.tpot_ewma_s)
+        b.served += 1
+        fr = finish_reason or ("length" if req.num_output >= req.max_tokens else "stop")
+        self._end(job, Status.FINISHED, f"backend_{fr}",
+                  Done(fr, req.prompt_tokens, req.num_output), finish_reason=fr)
+
+    # ------------------------------------------------------------------ health
+    def _mark_down(self, b: Backend, why: str) -> None:
+        if b.up:
+            b.up = False
+            b.probe_backoff_s = 0.5
+        b.next_probe_s = self.now() + b.probe_backoff_s
+
+    async def _probe(self, b: Backend) -> bool:
+        headers = {"authorization": f"Bearer {self.backend_key}"} if self.backend_key else {}
+        try:
+            r = await self.client.get(b.url + "/models", headers=headers, timeout=2.0)
+        except httpx.HTTPError:
+            self._mark_down(b, "probe failed")
+            b.probe_backoff_s = min(5.0, b.probe_backoff_s * 2)
+            return False
+        if r.status_code >= 500:
+            self._mark_down(b, f"probe {r.status_code}")
+            return False
+        if r.status_code == 200:
+            try:
+                b.models = [m["id"] for m in r.json().get("data", []) if "id" in m]
+            except (ValueError, AttributeError, TypeError, KeyError):
+                pass
+        if not b.up:
+            b.up = True
+            if self.wake is not None:
+                self.wake.set()
+        return True
+
+    async def _probe_loop(self) -> None:
+        while not self._stopped:
+            await asyncio.sleep(0.25)
+            now = self.now()
+            down = [b for b in self.backends if not b.up and now >= b.next_probe_s]
+            if down:
+                await asyncio.gather(*(self._probe(b) for b in down))
+
+
+class _StreamError(Exception):
+    pass

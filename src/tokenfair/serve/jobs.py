@@ -1,0 +1,120 @@
+"""What the HTTP layer exchanges with a service: the job events (:class:`Delta`,
+:class:`Done`, :class:`Failed`), the validated :class:`GenRequest`, the :class:`Job` event
+stream and the :class:`RecordSink` of terminal request records."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..request import Request
+from .errors import ServiceError, http_status_of
+from .metrics import reason_code
+from .openai_schema import ChatCompletionRequest, CompletionRequest
+
+
+@dataclass(slots=True)
+class Delta:
+    text: str
+    tokens: int = 1
+
+
+@dataclass(slots=True)
+class Done:
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(slots=True)
+class Failed:
+    status: int
+    message: str
+    code: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def error(self) -> ServiceError:
+        return ServiceError(self.status, self.message, self.code, headers=self.headers)
+
+
+def failed_event(req: Request) -> Failed:
+    status = http_status_of(req)
+    headers = {"retry-after": "1"} if status in (503,) else {}
+    return Failed(status, f"request {req.status.value}: {req.reason}", reason_code(req.reason), headers)
+
+
+# ----------------------------------------------------------------- requests
+@dataclass
+class GenRequest:
+    """One validated, authenticated generation request."""
+
+    kind: str                         # "chat" | "completion"
+    request_id: str
+    tenant: str
+    body: ChatCompletionRequest | CompletionRequest
+    raw: dict
+    klass: str | None = None
+    deadline_s: float | None = None
+    priority: float | None = None
+    forward_headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def stream(self) -> bool:
+        return self.body.stream
+
+    @property
+    def model(self) -> str | None:
+        return self.body.model
+
+
+class Job:
+    """A submitted request as the HTTP layer sees it: an async stream of events."""
+
+    def __init__(self, g: GenRequest, req: Request) -> None:
+        self.g = g
+        self.req = req
+        self.model = g.model or ""
+        self.finished = asyncio.Event()
+
+    async def next_event(self) -> Delta | Done | Failed:
+        raise NotImplementedError
+
+    async def collect(self) -> tuple[str, Done | Failed]:
+        parts = []
+        while True:
+            ev = await self.next_event()
+            if isinstance(ev, Delta):
+                parts.append(ev.text)
+            else:
+                return "".join(parts), ev
+
+
+class RecordSink:
+    """Terminal request records: the last ``keep`` in memory, all appended to ``path``."""
+
+    def __init__(self, path: str | Path | None = None, keep: int = 100_000) -> None:
+        self.items: deque[dict] = deque(maxlen=keep)
+        self._lock = threading.Lock()
+        self._fh = None
+        if path is not None:
+            p = Path(path)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = p.open("a")
+
+    def add(self, rec: dict) -> None:
+        line = json.dumps(rec)
+        with self._lock:
+            self.items.append(rec)
+            if self._fh is not None:
+                self._fh.write(line + "\n")
+                self._fh.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None

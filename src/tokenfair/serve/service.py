@@ -1,0 +1,190 @@
+"""The :class:`Service` base class shared by ``serve`` (engine) and ``gateway`` (proxy) modes:
+contract intake, door checks, rate-limit headers, terminal records, metrics, shutdown state."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import time
+from contextlib import nullcontext
+from typing import Any
+
+from ..contract import Contract
+from ..intake import make_request
+from ..metrics import entitled_shares, request_record
+from ..request import Request, Status
+from ..workload import TraceRow
+from .auth import KeyRing
+from .errors import ServiceError, http_status_of
+from .jobs import GenRequest, Job, RecordSink
+from .metrics import ServiceMetrics, reason_code
+
+
+class Service:
+    """What both modes share: contract intake, door checks, records, metrics, shutdown state.
+
+    Subclasses implement ``submit``, ``cancel``, ``start``, ``stop``, ``drain``,
+    ``model_names``, ``health`` and ``snapshot``; they own ``policy`` (a scheduling policy
+    bound to the contract) and ``policy_lock`` (held while touching it from the HTTP side)."""
+
+    mode = "base"
+
+    def __init__(self, contract: Contract, keyring: KeyRing, *, records: RecordSink | None = None,
+                 max_tenant_labels: int = 20) -> None:
+        self.contract = contract
+        self.keyring = keyring
+        self.records = records or RecordSink()
+        self.metrics = ServiceMetrics(contract, max_tenant_labels, self.snapshot)
+        self._t0 = time.perf_counter()
+        self._seq = itertools.count()
+        self.closing = False
+        self.policy = None
+        self.policy_lock: Any = nullcontext()
+
+    # -- clock & ids
+    def now(self) -> float:
+        return time.perf_counter() - self._t0
+
+    def next_seq(self) -> int:
+        return next(self._seq)
+
+    # -- contract intake
+    def intake(self, g: GenRequest, prompt_tokens: int, max_tokens: int, now: float) -> Request:
+        """The scheduler request for ``g`` (class, priority, deadline from the contract)."""
+        row = TraceRow(request_id=g.request_id, arrival_s=now, tenant=g.tenant, prompt_tokens=max(1, prompt_tokens),
+                       output_tokens=1, klass=g.klass, deadline_s=g.deadline_s, priority=g.priority,
+                       max_tokens=max_tokens)
+        req, reject = make_request(row, self.next_seq(), self.contract)
+        if reject is not None:
+            raise self.refuse(req, reject, now, endpoint=g.kind)
+        return req
+
+    def refuse(self, req: Request, reason: str, now: float, retry_after: float | None = None,
+               endpoint: str | None = None) -> ServiceError:
+        """End ``req`` as REJECTED with ``reason`` (recorded once) and build its HTTP error."""
+        if not req.status.is_terminal:
+            req.status, req.reason, req.finish_s = Status.REJECTED, reason, now
+        self.metrics.rejected(req.tenant, req.reason)
+        self.record(req, endpoint=endpoint)
+        return self.rejection_error(req, retry_after)
+
+    def rejection_error(self, req: Request, retry_after: float | None = None) -> ServiceError:
+        status = http_status_of(req)
+        code = reason_code(req.reason)
+        headers: dict[str, str] = {}
+        if status == 429:
+            headers = self.ratelimit_headers(req.tenant, retry_after if retry_after is not None
+                                             else _retry_hint(req.reason))
+        elif status == 503:
+            headers = {"retry-after": str(max(1, math.ceil(retry_after or 1)))}
+        return ServiceError(status, req.reason, code, headers=headers)
+
+    def ratelimit_headers(self, tenant: str, retry_after: float) -> dict[str, str]:
+        """``Retry-After`` and ``x-ratelimit-*``: requests = the tenant's queue (max_queued),
+        tokens = its token bucket in cost units (only when the contract gives it a rate limit)."""
+        spec = self.contract.tenant(tenant)
+        retry = max(1, math.ceil(retry_after))
+        with self.policy_lock:
+            t = getattr(self.policy, "tenants", {}).get(tenant)
+            waiting = t.num_waiting if t is not None else 0
+            bucket = None
+            if spec.rate_limit is not None and t is not None:
+                adm = getattr(self.policy, "admission", None)
+                if adm is not None:
+                    adm.refill(t, self.now())
+                bucket = t.bucket
+        h = {"retry-after": str(retry),
+             "x-ratelimit-limit-requests": str(spec.max_queued),
+             "x-ratelimit-remaining-requests": str(max(0, spec.max_queued - waiting)),
+             "x-ratelimit-reset-requests": f"{retry}s"}
+        rl = spec.rate_limit
+        if rl is not None:
+            b = rl.burst_tokens if bucket is None else bucket
+            h["x-ratelimit-limit-tokens"] = str(int(rl.burst_tokens))
+            h["x-ratelimit-remaining-tokens"] = str(max(0, int(b)))
+            h["x-ratelimit-reset-tokens"] = f"{max(0.0, (rl.burst_tokens - b) / rl.tokens_per_s):.3f}s"
+        return h
+
+    def door_check(self, req: Request, now: float) -> tuple[str, float] | None:
+        """A token-rate-limited tenant whose bucket cannot admit ``req`` within its class's
+        max wait is refused now (``rate_limited``) rather than left to starve in the queue.
+        Call with ``policy_lock`` held.  Returns (reason, retry_after_s) or None."""
+        spec = self.contract.tenant(req.tenant)
+        rl = spec.rate_limit
+        tenants = getattr(self.policy, "tenants", None)
+        if rl is None or tenants is None or req.max_wait_s is None or not self.contract.admission.shed_over_max_wait:
+            return None
+        t = self.policy.tenant(req.tenant, now)
+        self.policy.admission.refill(t, now)
+        qc = t.queued_cost                       # a float, or per class in newer policies
+        queued = sum(qc.values()) if isinstance(qc, dict) else float(qc)
+        wait = max(0.0, queued - t.bucket) / rl.tokens_per_s
+        limit = self.contract.admission.shed_margin * req.max_wait_s
+        if wait <= limit:
+            return None
+        return (f"rate_limited: tenant {req.tenant!r} token rate limit ({rl.tokens_per_s:g}/s) admits this "
+                f"request in ~{wait:.1f}s > {limit:.1f}s (class {req.klass!r}); retry after ~{wait - limit:.0f}s",
+                wait - limit)
+
+    # -- terminal bookkeeping
+    def record(self, req: Request, endpoint: str | None = None, finish_reason: str | None = None,
+               **extra: Any) -> None:
+        rec = request_record(req)
+        rec.update({"mode": self.mode, "endpoint": endpoint, "http_status": http_status_of(req),
+                    "finish_reason": finish_reason}, **extra)
+        self.records.add(rec)
+        if req.status is not Status.REJECTED:
+            self.metrics.ended(req)
+        else:
+            self.metrics.requests.labels(self.metrics.tenant(req.tenant), self.metrics.klass(req.klass),
+                                         "rejected").inc()
+
+    def share_snapshot(self, now: float) -> tuple[dict, dict]:
+        """(recent service share, entitled share) per active tenant of a fair policy."""
+        pol = self.policy
+        tenants = getattr(pol, "tenants", None)
+        if not tenants:
+            return {}, {}
+        tau = getattr(pol, "share_tau_s", 10.0)
+        recent = {n: t.decayed_recent(now, tau) for n, t in tenants.items()}
+        total = sum(recent.values())
+        share = {n: (v / total if total > 0 else 0.0) for n, v in recent.items()}
+        active = [n for n, t in tenants.items() if t.num_waiting or t.running]
+        ent = entitled_shares({n: tenants[n].weight for n in active},
+                              {n: tenants[n].spec.min_share for n in active}) if active else {}
+        return share, {n: ent.get(n, 0.0) for n in tenants}
+
+    # -- to implement
+    def model_names(self) -> list[str]:
+        raise NotImplementedError
+
+    def submit(self, g: GenRequest) -> Job:
+        raise NotImplementedError
+
+    def cancel(self, job: Job, reason: str = "client_disconnected: the client closed the connection") -> None:
+        raise NotImplementedError
+
+    def health(self) -> tuple[bool, dict]:
+        return (not self.closing), {"mode": self.mode, "closing": self.closing}
+
+    def snapshot(self) -> dict:
+        return {}
+
+    async def start(self) -> None:
+        pass
+
+    def begin_shutdown(self) -> None:
+        """Stop accepting: new requests get 503 ``shutting_down``."""
+        self.closing = True
+
+    async def drain(self, grace_s: float) -> None:
+        """Let accepted requests finish for up to ``grace_s``; then fail the rest ("shutdown")."""
+
+    async def stop(self) -> None:
+        self.records.close()
+
+
+def _retry_hint(reason: str) -> float:
+    m = re.search(r"retry after ~?([0-9.]+)s", reason)
+    return float(m.group(1)) if m else 1.0
