@@ -1,0 +1,374 @@
+"""``RealEngine``: the scheduler's Engine protocol on top of ``ModelRunner`` (wall-clock time).
+
+One scheduler step = one ``ModelRunner.step``.  Per request the engine keeps the full token
+list (prompt + generated); the scheduler's ``num_computed`` says where the KV ends, so every
+piece of work is the uniform rule "feed ``tokens[num_computed : num_computed + n]`` at
+``start_pos = num_computed``, sample when that reaches the end of the list" -- chunked
+prefill, decode, recompute after preemption and resume after swap-in all follow from it.
+
+Prompts: a request's ``payload`` (:class:`GenerationPayload`: real token ids, sampling,
+stop conditions, a streaming callback) or, for trace replay, ``row.prompt_tokens`` ids drawn
+(seeded by request id) from the vocabulary without special tokens.  Trace replay forces the
+generated length to ``row.output_tokens`` (EOS ignored, as serving benchmarks do).
+
+Invariants:
+  * the runner's KV pool has the scheduler's geometry (:func:`make_real_setup`), and after
+    every ``update_from_output`` the runner's free device blocks equal ``pool.num_free``;
+  * ``execute`` never raises for a request-level problem: a runner error (``CacheFullError``,
+    a context overflow, a state mismatch) FAILS the affected requests with a reason, and
+    frees their KV, so nothing hangs or leaks;
+  * a request is reported finished exactly once, on the step that samples its last token.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import numpy as np
+
+from ..request import Request
+from ..sched.interface import SchedulerOutput, StepResult
+from .kv_cache import CacheFullError
+from .loader import LoadedModel
+from .runner import ModelRunner, SeqWork
+from .sampling import GREEDY, SamplingParams
+
+DEFAULT_KV_TOKENS = 16_384
+DEFAULT_BLOCK_SIZE = 16
+
+# Rough step-time model of SmolLM2-135M (fp32) on 2 CPU threads, from ``tokenfair calibrate``
+# on the development machine; used only for the fair policy's estimates when no calibrated
+# profile is given (the real run's times are measured, not modelled).
+DEFAULT_CPU_LINEAR = dict(
+    prefill_batch_s=0.018, prefill_token_s=0.00104, decode_base_s=0.0,
+    decode_seq_s=0.00145, decode_ctx_s=1.09e-5, overhead_s=0.0465,
+)
+
+TokenCallback = Callable[[int | None, str | None], None]
+
+
+@dataclass
+class GenerationPayload:
+    """Engine-side data of a request with real token ids (HTTP service, tests).
+
+    ``on_token(token_id, finish_reason)`` is called for every sampled token
+    (``finish_reason`` set on the last one: "length", "stop"), and once with
+    ``(None, reason)`` if the request fails or is dropped before finishing.
+    The engine fills ``output_ids`` and ``finish_reason``.
+    """
+
+    prompt_ids: list[int]
+    sampling: SamplingParams = GREEDY
+    max_new_tokens: int | None = None
+    stop_token_ids: tuple[int, ...] | None = None   # None: the model's EOS ids
+    stop_strings: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    on_token: TokenCallback | None = None
+    output_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+class _Seq:
+    __slots__ = ("req", "seq_id", "tokens", "num_prompt", "target", "sampling", "stop_ids",
+                 "stop_strings", "payload", "kv_lost", "done")
+
+    def __init__(self, req: Request, num_prompt: int, target: int, sampling: SamplingParams,
+                 stop_ids: frozenset[int], stop_strings: tuple[str, ...],
+                 payload: GenerationPayload | None, tokens: list[int] | None) -> None:
+        self.req = req
+        self.seq_id = req.request_id
+        self.tokens = tokens          # None until first scheduled (synthetic prompts are lazy)
+        self.num_prompt = num_prompt
+        self.target = target          # generated tokens at which the request is finished
+        self.sampling = sampling
+        self.stop_ids = stop_ids
+        self.stop_strings = stop_strings
+        self.payload = payload
+        self.kv_lost = False          # a swap-out failed: fail the request at swap-in
+        self.done = False
+
+    @property
+    def num_generated(self) -> int:
+        return 0 if self.tokens is None else len(self.tokens) - self.num_prompt
+
+
+class RealEngine:
+    """Implements ``add / execute / forget`` of the Engine protocol with a ``ModelRunner``."""
+
+    def __init__(self, runner: ModelRunner, loaded: LoadedModel | None = None, *, seed: int = 0,
+                 payloads: Mapping[str, GenerationPayload] | None = None,
+                 keep_outputs: bool = False) -> None:
+        self.runner = runner
+        self.loaded = loaded
+        self.config = runner.config
+        self.seed = seed
+        self.payloads = dict(payloads or {})
+        self.keep_outputs = keep_outputs
+        self.outputs: dict[str, list[int]] = {}     # request_id -> generated ids (keep_outputs)
+        self._seqs: dict[str, _Seq] = {}
+        self._on_host: set[str] = set()
+        self._vocab: np.ndarray | None = None
+        self.busy_s = 0.0
+        self.swap_s = 0.0
+        self.num_steps = 0
+        self.num_failed = 0
+        # per executed step: (prefill [(new, cached)], decode context sum, decode count, seconds, swap seconds)
+        self.step_log: list[tuple[list[tuple[int, int]], int, int, float, float]] = []
+
+    # ------------------------------------------------------------------ intake
+    def add(self, req: Request, row=None) -> None:
+        """Register ``req``; ``row`` (a TraceRow) gives the forced output length for replay."""
+        payload = req.payload if isinstance(req.payload, GenerationPayload) else None
+        if payload is None and row is not None and row.request_id in self.payloads:
+            payload = req.payload = self.payloads[row.request_id]
+        limits = [req.max_tokens]
+        if row is not None:
+            limits.append(row.output_tokens)
+        if payload is not None:
+            if len(payload.prompt_ids) != req.prompt_tokens:
+                raise ValueError(f"{req.request_id}: payload has {len(payload.prompt_ids)} prompt ids, "
+                                 f"request says prompt_tokens={req.prompt_tokens}")
+            if payload.stop_strings and (self.loaded is None or self.loaded.tokenizer is None):
+                raise ValueError(f"{req.request_id}: stop strings need a tokenizer")
+            if payload.max_new_tokens is not None:
+                limits.append(payload.max_new_tokens)
+            stop = payload.stop_token_ids
+            stop_ids = frozenset() if payload.ignore_eos else frozenset(
+                self.config.eos_token_ids if stop is None else stop)
+            st = _Seq(req, req.prompt_tokens, max(1, min(limits)), payload.sampling, stop_ids,
+                      tuple(payload.stop_strings), payload, list(payload.prompt_ids))
+        else:
+            st = _Seq(req, req.prompt_tokens, max(1, min(limits)), GREEDY, frozenset(), (), None, None)
+        if req.request_id in self._seqs and not self._seqs[req.request_id].done:
+            raise ValueError(f"duplicate request id {req.request_id!r}")
+        self._seqs[req.request_id] = st
+
+    def synthetic_prompt(self, request_id: str, n: int) -> list[int]:
+        """``n`` ids drawn from the non-special vocabulary, seeded by (seed, request id)."""
+        if self._vocab is None:
+            self._vocab = _plain_vocab(self.loaded, self.config)
+        rng = np.random.default_rng([self.seed, zlib.crc32(request_id.encode())])
+        return rng.choice(self._vocab, size=n).tolist()
+
+    # ----------------------------------------------------------------- one step
+    def execute(self, out: SchedulerOutput) -> StepResult:
+        t0 = time.perf_counter()
+        runner = self.runner
+        prefill_shape = [(n, r.num_computed) for r, n in out.prefill]
+        decode_ctx = sum(r.num_computed for r in out.decode)
+        failed: list[tuple[Request, str]] = []
+        failed_ids: set[str] = set()
+
+        def fail(st: _Seq, reason: str) -> None:
+            if st.seq_id in failed_ids:
+                return
+            failed_ids.add(st.seq_id)
+            failed.append((st.req, reason))
+            self._finish(st, None, f"failed: {reason}")
+
+        self._sweep()
+        for req in out.aborted:
+            self.forget(req)
+        swap_s = 0.0
+        # Evictions first (they free the blocks this step's work needs); a request swapped in
+        # and evicted again in the same step is evicted after its swap-in.
+        swapped_in = {r.request_id for r in out.swapped_in}
+        late = [(r, m) for r, m in out.preempted if r.request_id in swapped_in]
+        for req, mode in out.preempted:
+            if req.request_id not in swapped_in:
+                swap_s += self._evict(req, mode)
+        for req in out.swapped_in:
+            st = self._seqs.get(req.request_id)
+            if st is None:
+                continue
+            if st.kv_lost:
+                fail(st, "swap_in: KV lost (host pool was full at swap-out)")
+                continue
+            try:
+                swap_s += runner.swap_in(st.seq_id).seconds
+                self._on_host.discard(st.seq_id)
+            except (CacheFullError, KeyError) as err:
+                fail(st, f"swap_in: {err}")
+        for req, mode in late:
+            swap_s += self._evict(req, mode)
+
+        # Build the step's work: tokens[num_computed : num_computed + n].
+        items: list[tuple[_Seq, SeqWork]] = []
+        cache = runner.cache
+        max_pos = self.config.max_position
+        work_list = [(r, n) for r, n in out.prefill] + [(r, 1) for r in out.decode]
+        for req, n in work_list:
+            st = self._seqs.get(req.request_id)
+            if st is None or st.seq_id in failed_ids:
+                if st is None:
+                    failed.append((req, "engine: unknown request (never added)"))
+                continue
+            if st.tokens is None:
+                st.tokens = self.synthetic_prompt(st.seq_id, st.num_prompt)
+            start = req.num_computed
+            if st.num_prompt + st.target > max_pos:
+                fail(st, f"exceeds_model_context: {st.num_prompt} prompt + {st.target} output tokens "
+                         f"> {max_pos} positions")
+                continue
+            ids = st.tokens[start:start + n]
+            if len(ids) != n or cache.is_swapped(st.seq_id) or cache.num_tokens(st.seq_id) != start:
+                fail(st, f"engine_state_mismatch: scheduler feeds {n} tokens at {start}, engine holds "
+                         f"{len(st.tokens)} tokens, {cache.num_tokens(st.seq_id)} cached")
+                continue
+            items.append((st, SeqWork(st.seq_id, ids, start, start + n == len(st.tokens), st.sampling)))
+        # The scheduler's pool should guarantee room; if it does not, fail from the end.
+        need = [cache.blocks_needed(w.seq_id, len(w.token_ids)) for _, w in items]
+        while items and sum(need) > cache.num_free_blocks:
+            st, _ = items.pop()
+            need.pop()
+            fail(st, f"kv_cache_full: engine has {cache.num_free_blocks} free blocks")
+
+        finished: list[Request] = []
+        if items:
+            try:
+                so = runner.step([w for _, w in items])
+            except Exception as err:  # noqa: BLE001 - any runner error fails the step's requests
+                for st, _ in items:
+                    fail(st, f"engine_error: {type(err).__name__}: {err}")
+                items = []
+                so = None
+            for st, work in items:
+                if not work.sample:
+                    continue
+                token = so.sampled[st.seq_id]
+                st.tokens.append(token)
+                reason = self._stop_reason(st, token)
+                if st.payload is not None:
+                    st.payload.output_ids.append(token)
+                if reason is not None:
+                    finished.append(st.req)
+                    self._finish(st, token, reason)
+                elif st.payload is not None and st.payload.on_token is not None:
+                    st.payload.on_token(token, None)
+        self.num_failed += len(failed)
+        self.num_steps += 1
+        dt = time.perf_counter() - t0
+        if not failed:   # the simulator's view of the step (see SimEngine.execute)
+            self.step_log.append((prefill_shape, decode_ctx, len(out.decode), dt, swap_s))
+        self.busy_s += dt
+        self.swap_s += swap_s
+        return StepResult(duration_s=dt, finished=finished, failed=failed, swap_s=swap_s)
+
+    def _evict(self, req: Request, mode: str) -> float:
+        st = self._seqs.get(req.request_id)
+        if st is None:
+            return 0.0
+        cache = self.runner.cache
+        if mode == "swap":
+            if not cache.has_seq(st.seq_id):
+                # nothing computed yet on the device (e.g. admitted and evicted in one step)
+                if req.num_computed:
+                    st.kv_lost = True
+                return 0.0
+            try:
+                seconds = self.runner.swap_out(st.seq_id).seconds
+                self._on_host.add(st.seq_id)
+                return seconds
+            except CacheFullError:
+                self.runner.recompute(st.seq_id)
+                st.kv_lost = True
+                return 0.0
+        self.runner.recompute(st.seq_id)         # frees device and host copies alike
+        self._on_host.discard(st.seq_id)
+        st.kv_lost = False
+        return 0.0
+
+    def _stop_reason(self, st: _Seq, token: int) -> str | None:
+        if st.num_generated >= st.target:
+            return "length"
+        if token in st.stop_ids:
+            return "stop"
+        if st.stop_strings:
+            longest = max(len(s) for s in st.stop_strings)
+            tail = st.tokens[max(st.num_prompt, len(st.tokens) - longest - 8):]
+            text = self.loaded.decode(tail, skip_special_tokens=False)
+            if any(s in text for s in st.stop_strings):
+                return "stop"
+        return None
+
+    def _finish(self, st: _Seq, token: int | None, reason: str) -> None:
+        if st.done:
+            return
+        st.done = True
+        self.runner.free(st.seq_id)
+        self._on_host.discard(st.seq_id)
+        if self.keep_outputs and st.tokens is not None:
+            self.outputs[st.seq_id] = st.tokens[st.num_prompt:]
+        if st.payload is not None:
+            st.payload.finish_reason = reason
+            if st.payload.on_token is not None:
+                st.payload.on_token(token, reason)
+        del self._seqs[st.seq_id]
+
+    def _sweep(self) -> None:
+        """Free host KV of requests the scheduler ended without telling the engine
+        (``fail_waiting``, aborts); device KV is only ever held by running requests."""
+        if self.num_steps % 256 == 255:          # states of requests rejected after add()
+            for st in [s for s in self._seqs.values() if s.req.status.is_terminal]:
+                self._finish(st, None, f"{st.req.status.value}: {st.req.reason}")
+        for seq_id in list(self._on_host):
+            st = self._seqs.get(seq_id)
+            if st is None or st.req.status.is_terminal:
+                self._on_host.discard(seq_id)
+                self.runner.free(seq_id)
+                if st is not None:
+                    self._finish(st, None, f"{st.req.status.value}: {st.req.reason}")
+
+    def forget(self, req: Request) -> None:
+        """The scheduler ended ``req`` (expired, aborted): free its KV and state."""
+        st = self._seqs.get(req.request_id)
+        if st is None or st.req is not req:
+            return
+        self._finish(st, None, f"{req.status.value}: {req.reason}" if req.status.is_terminal else "aborted")
+
+    def close(self) -> None:
+        """Forget every request still held (end of a run)."""
+        for st in list(self._seqs.values()):
+            self._finish(st, None, "engine_closed")
+
+    # ------------------------------------------------------------ diagnostics
+    def output_ids(self, request_id: str) -> list[int] | None:
+        st = self._seqs.get(request_id)
+        if st is not None:
+            return None if st.tokens is None else st.tokens[st.num_prompt:]
+        return self.outputs.get(request_id)
+
+    def check_blocks(self, pool) -> None:
+        """Assert the runner's device blocks match the scheduler's ``BlockPool``."""
+        cache = self.runner.cache
+        assert cache.num_blocks == pool.num_blocks, (cache.num_blocks, pool.num_blocks)
+        assert cache.num_free_blocks == pool.num_free, (cache.num_free_blocks, pool.num_free)
+
+    @property
+    def num_active(self) -> int:
+        return len(self._seqs)
+
+
+# ------------------------------------------------------------------- assembly
+def _plain_vocab(loaded: LoadedModel | None, config) -> np.ndarray:
+    special: set[int] = set(config.eos_token_ids)
+    if config.bos_token_id is not None:
+        special.add(config.bos_token_id)
+    tok = loaded.tokenizer if loaded is not None else None
+    if tok is not None:
+        try:
+            for tid, added in tok.get_added_tokens_decoder().items():
+                if added.special:
+                    special.add(int(tid))
+        except AttributeError:  # pragma: no cover - very old tokenizers
+            pass
+        vocab = min(config.vocab_size, tok.get_vocab_size(with_added_tokens=True))
+    else:
+        vocab = config.vocab_size
+    ids = np.array([i for i in range(vocab) if i not in special], dtype=np.int64)
+    if ids.size == 0:
+        raise ValueError("the vocabulary has no non-special token")
+    return ids
