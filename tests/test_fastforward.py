@@ -12,6 +12,12 @@ from tokenfair.traces import limit, load_workload, spread_tenants
 from tokenfair.workload import Workload
 
 
+def test_fair_opts_out_until_its_statistics_are_path_independent():
+    from tokenfair.sched.registry import make_policy
+    assert make_policy("fair").supports_fast_forward is False
+    assert make_policy("fifo").supports_fast_forward is True
+
+
 def _records(wl, policy, contract, profile, fast):
     res = simulate_once(wl, policy, contract, profile, fast=fast)
     return [request_record(r) for r in res.requests], res
@@ -39,3 +45,13 @@ def test_fast_forward_equals_stepping_on_a_public_trace(policy):
     assert fast == slow
     tf, ts = rf.recorder.to_json(), rs.recorder.to_json()
     assert tf["tokens"] == ts["tokens"] and tf["tenant_service"] == ts["tenant_service"]
+
+
+@pytest.mark.parametrize("policy", ["fifo", "vtc"])
+def test_fast_forward_exact_on_a_larger_trace(policy):
+    wl = spread_tenants(limit(load_workload("azure:conv"), 5000), 20, seed=0)
+    prof = load_profile(None)
+    fast, rf = _records(wl, policy, parse_contract({}), prof, True)
+    slow, rs = _records(wl, policy, parse_contract({}), prof, False)
+    assert fast == slow
+    assert rf.recorder.num_steps == rs.recorder.num_steps

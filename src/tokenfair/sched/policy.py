@@ -43,6 +43,9 @@ class Policy:
     shared_budget = False       # one token budget for prefill and decode (vLLM style)
     hol_blocking = True         # stop admitting at the first candidate that does not fit
     admit_after_preemption = False  # vLLM admits nothing new in a step that preempted
+    # a run of identical decode steps may be applied at once (sim/fastforward.py): only for
+    # policies whose decisions do not depend on when their statistics were last read
+    supports_fast_forward = True
 
     def bind(self, contract: Contract, profile: Profile, pool: BlockPool, predictor: Predictor) -> None:
         self.contract = contract

@@ -10,6 +10,8 @@ token.  ``fast_forward`` applies them at once:
   * requests advance ``k`` tokens, KV blocks grow to ``ceil(context / block_size)``;
   * the policy gets ``on_fast_forward`` (its per-step statistics in aggregate), the engine
     its busy time, the recorder one ``record_run``.
+Policies opt in (``Policy.supports_fast_forward``); ``fair`` does not yet, because its
+light/level statistics are refreshed lazily and would be read at different moments.
 The run stops one step *before* the first finish, so the finishing step always goes
 through the normal path.  ``tests/test_fastforward.py`` checks that every request's record
 equals the one from stepping one iteration at a time.
@@ -45,7 +47,8 @@ def fast_forward(sched, engine, recorder, now: float, next_arrival: float) -> fl
     running = sched.running
     n = len(running)
     policy = sched.policy
-    if (n == 0 or policy.num_waiting() or n > sched.contract.engine.decode_token_budget
+    if (n == 0 or not policy.supports_fast_forward or policy.num_waiting()
+            or n > sched.contract.engine.decode_token_budget
             or next_arrival <= now):
         return now
     true_len = engine.true_lengths

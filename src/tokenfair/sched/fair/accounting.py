@@ -7,8 +7,10 @@
   (blocks held x step seconds x weight), O(running) per step;
 * recent service per tenant / class / in total (decayed, ``share_tau_s``) feeds the light
   and min-share decisions (``shares.py``);
-* ``on_decoded`` is the hot path: O(1) per decoding request, tenant updates aggregated;
-  ``on_fast_forward`` applies a run of identical decode steps at once.
+* ``on_decoded`` is the hot path: O(1) per decoding request, tenant updates aggregated.  A
+  fast-forwarded run (sim/fastforward.py) replays it step by step (the base
+  ``Policy.on_fast_forward``): a closed form would round differently and, through the
+  floating-point state the policy's decisions read, change later decisions.
 """
 
 from __future__ import annotations
@@ -71,38 +73,6 @@ class AccountingMixin:
         self.recent_total += served_total
         if self.first_service_s is None and reqs:
             self.first_service_s = now
-
-    def on_fast_forward(self, reqs: list[Request], step_ends: list[float], step_durations: list[float]) -> None:
-        """The effect of ``len(step_ends)`` decode steps at once: per-request charges in one
-        sum, per-tenant decayed service in closed form, the per-step EWMAs replayed (O(k))."""
-        k = len(step_ends)
-        wd, tau = self.wd, self.share_tau_s
-        tenants = self.tenants
-        per_tenant: dict[str, int] = {}
-        per_class: dict[str, int] = {}
-        for req in reqs:
-            used = req.used_cost + wd * k
-            req.used_cost = used
-            if used > req.charged:
-                self.wfq.charge(tenants[req.tenant], used - req.charged)
-                req.charged = used
-            per_tenant[req.tenant] = per_tenant.get(req.tenant, 0) + 1
-            if req.klass in self.class_recent:
-                per_class[req.klass] = per_class.get(req.klass, 0) + 1
-        end = step_ends[-1]
-        weight_sum = sum(math.exp(-(end - t) / tau) for t in step_ends)   # sum_j e^{-(t_k - t_j)/tau}
-        for name, cnt in per_tenant.items():
-            t = tenants[name]
-            t.decayed_recent(end, tau)
-            t.recent += wd * cnt * weight_sum
-        n = len(reqs)
-        for now, dt in zip(step_ends, step_durations):   # replay what on_decoded + on_step_end do
-            self.recent_total += wd * n
-            for c, cnt in per_class.items():
-                self.class_recent[c] += wd * cnt
-            self.on_step_end(now, dt)
-        if self.first_service_s is None:
-            self.first_service_s = step_ends[0]
 
     def on_step_end(self, now: float, duration_s: float) -> None:
         self._reserved_cache = None

@@ -42,6 +42,9 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
     shared_budget = False
     hol_blocking = False
     admit_after_preemption = True
+    # the light/level statistics are refreshed lazily (every 0.25 s, on first use), so their
+    # values depend on which steps read them: stepping and fast-forwarding would diverge
+    supports_fast_forward = False
 
     def __init__(self, order: str = "edf", share_tau_s: float = 10.0) -> None:
         if order not in ("edf", "fifo"):
@@ -87,7 +90,7 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
     def tenant(self, name: str, now: float = 0.0) -> TenantState:
         t = self.tenants.get(name)
         if t is None:
-            t = self.tenants[name] = TenantState(name, self.contract.tenant(name), now)
+            t = self.tenants[name] = TenantState(name, self.contract.tenant(name), now, len(self.tenants))
             self.admission.register(t)
             if t.spec.min_share > 0:
                 self.guaranteed.append(t)

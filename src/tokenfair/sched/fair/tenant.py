@@ -9,11 +9,12 @@ from ...request import Request
 
 
 class TenantState:
-    __slots__ = ("name", "spec", "weight", "vtime", "num_waiting", "running", "bucket",
+    __slots__ = ("name", "seq", "spec", "weight", "vtime", "num_waiting", "running", "bucket",
                  "bucket_t", "recent", "recent_t", "queued_cost", "queues", "idle_since", "kv_peak", "slots_peak", "peak_t", "head_cost", "stamp", "active", "admitted", "admitted_t")
 
-    def __init__(self, name: str, spec: TenantSpec, now: float) -> None:
+    def __init__(self, name: str, spec: TenantSpec, now: float, seq: int = 0) -> None:
         self.name = name
+        self.seq = seq              # first-seen order: the last element of every tenant ordering key
         self.spec = spec
         self.weight = spec.weight
         self.vtime = 0.0            # normalised service S_i (cost / weight), see wfq.py

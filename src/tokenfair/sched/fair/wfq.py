@@ -12,7 +12,8 @@ Rules:
   admit:    pick i = argmin_{i in B} F_i, the virtual finish of its head request h_i,
             F_i = S_i + c_pred(h_i) / w_i (WFQ finish tags, as EEVDF's virtual deadline: a
             small request of a tenant that is owed service goes before a large one); ties by
-            the order i entered the heap; on admission S_i += c_pred(r) / w_i with c_pred from
+            the tenant's sequence number (first seen first), so heap maintenance never changes
+            an order; on admission S_i += c_pred(r) / w_i with c_pred from
             the predicted output length;
   correct:  as r runs, when its actual cost exceeds what was charged, S_i += excess / w_i;
             when r ends, the unused prediction is refunded: S_i -= (charged - used) / w_i;
@@ -40,7 +41,6 @@ rebuilt when it holds more than 4x the backlogged tenants); charge/refund/lift O
 from __future__ import annotations
 
 import heapq
-import itertools
 
 from .tenant import TenantState
 
@@ -50,13 +50,12 @@ class VirtualTimeWFQ:
         self.credit = credit
         self.vnow = 0.0
         self._heap: list[tuple[float, int, int, TenantState]] = []
-        self._order = itertools.count()
         self.num_backlogged = 0
         self.backlogged_weight = 0.0
 
     def _entry(self, t: TenantState) -> tuple[float, int, int, TenantState]:
         t.stamp += 1
-        return (t.vtime + t.head_cost / t.weight, next(self._order), t.stamp, t)
+        return (t.vtime + t.head_cost / t.weight, t.seq, t.stamp, t)
 
     def _push(self, t: TenantState) -> None:
         heapq.heappush(self._heap, self._entry(t))
