@@ -124,6 +124,13 @@ def default_grid(quick: bool = False, block_size: int = DEFAULT_BLOCK_SIZE) -> l
     shapes += [d(16, 16 * b, b, prefill=((128, 0),)), d(32, 16 * b, b, spread=True, prefill=((256, 16 * b),)),
                d(1, 8 * b, b, prefill=((32, 0),)), d(32, 8 * b, b, prefill=((512, 0),)),
                d(8, 32 * b, b, spread=True, prefill=((64, 0), (64, 0)))]
+    # Serving steps are mostly a running decode batch with one prefill chunk mixed in (the
+    # step that produces a request's first token): cover that mix across batch sizes,
+    # contexts and chunk sizes, so the fit does not extrapolate TTFT steps from pure ones.
+    shapes += [d(n, ctx * b, b, spread=True, prefill=((c, k * b),))
+               for n, ctx, c, k in ((4, 16, 32, 0), (4, 32, 256, 0), (8, 16, 128, 8), (8, 64, 32, 0),
+                                    (16, 32, 64, 0), (16, 8, 256, 16), (24, 32, 32, 0), (24, 16, 128, 0),
+                                    (32, 32, 64, 8), (32, 16, 16, 0))]
     return shapes
 
 
