@@ -207,17 +207,21 @@ def parse_contract(data: object, source: str = "<contract>") -> Contract:
         raise ContractError(_format_errors(err, source)) from None
 
 
-def load_contract(path: str | Path) -> Contract:
+def read_yaml(path: str | Path, what: str, error: type[ValueError]) -> object:
+    """The parsed YAML in ``path``; unreadable or invalid files raise ``error`` naming the file."""
     p = Path(path)
     try:
         text = p.read_text()
     except OSError as err:
-        raise ContractError(f"{p}: cannot read the contract ({err.strerror}); check the path") from None
+        raise error(f"{p}: cannot read the {what} ({err.strerror}); check the path") from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise ContractError(f"{p}: not valid YAML: {err}") from None
-    return parse_contract(data, str(p))
+        raise error(f"{p}: not valid YAML: {err}") from None
+
+
+def load_contract(path: str | Path) -> Contract:
+    return parse_contract(read_yaml(path, "contract", ContractError), str(path))
 
 
 def contract_schema() -> dict:

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .contract import _format_errors
+from .contract import _format_errors, read_yaml
 
 
 class ThresholdsError(ValueError):
@@ -102,16 +101,7 @@ def load_thresholds(path: str | Path | None = None) -> Thresholds:
     if path is None:
         with resources.as_file(resources.files("tokenfair") / "data" / "thresholds.yaml") as p:
             return load_thresholds(p)
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as err:
-        raise ThresholdsError(f"{p}: cannot read the thresholds file ({err.strerror}); check the path") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ThresholdsError(f"{p}: not valid YAML: {err}") from None
-    return parse_thresholds(data, str(p))
+    return parse_thresholds(read_yaml(path, "thresholds file", ThresholdsError), str(path))
 
 
 def _max(name: str, value, limit) -> Check:
