@@ -17,7 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from .metrics import _backlog_buckets, entitled_shares
+from .metrics import _backlog_buckets, _service_array, entitled_shares
 
 MAX_GROUPS = 8
 SMOOTH_S = 10.0
@@ -35,13 +35,7 @@ def _png(fig: Figure) -> str:
     return f'<img class="plot" alt="plot" src="data:image/png;base64,{data}">'
 
 
-def _series(d: dict, n: int) -> np.ndarray:
-    out = np.zeros(n)
-    for b, v in d.items():
-        b = int(b)
-        if 0 <= b < n:
-            out[b] += v
-    return out
+_series = _service_array   # per-bucket sums over n buckets (metrics.py)
 
 
 def _last_value_series(d: dict, n: int) -> np.ndarray:

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tokenfair.traces_transforms import spread_tenants
-from tokenfair.workload import REQUIRED, TraceRow, Workload, WorkloadError, _num, read_trace, row_from_mapping
+from tokenfair.workload import (REQUIRED, TraceRow, Workload, WorkloadError, _num, json_object, read_trace,
+                                row_from_mapping)
 
 
 class SkippedRow(NamedTuple):
@@ -254,13 +255,7 @@ def read_tokenfair(path: str | Path, *, skip_bad_rows: bool = False) -> TraceWor
                 if not line.strip():
                     continue
                 try:
-                    try:
-                        d = json.loads(line)
-                    except json.JSONDecodeError as err:
-                        raise WorkloadError(f"{p}:{i}: not valid JSON ({err.msg})") from None
-                    if not isinstance(d, dict):
-                        raise WorkloadError(f"{p}:{i}: each line must be a JSON object")
-                    rows.append(row_from_mapping(d, f"{p}:{i}"))
+                    rows.append(row_from_mapping(json_object(line, f"{p}:{i}"), f"{p}:{i}"))
                 except WorkloadError as err:
                     _collect(skipped, p, i, err)
     return _finish(p.stem, rows, skipped, str(p), rebase=False)

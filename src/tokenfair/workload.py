@@ -109,6 +109,17 @@ def row_from_mapping(d: dict, where: str) -> TraceRow:
     return row
 
 
+def json_object(line: str, where: str) -> dict:
+    """One JSONL line as a mapping; anything else is a WorkloadError naming ``where``."""
+    try:
+        d = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise WorkloadError(f"{where}: not valid JSON ({err.msg})") from None
+    if not isinstance(d, dict):
+        raise WorkloadError(f"{where}: each line must be a JSON object")
+    return d
+
+
 def _check_ids(rows: list[TraceRow], source: str) -> None:
     seen: set[str] = set()
     for r in rows:
@@ -128,13 +139,7 @@ def read_trace(path: str | Path) -> Workload:
             for i, line in enumerate(fh, start=1):
                 if not line.strip():
                     continue
-                try:
-                    d = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise WorkloadError(f"{p}:{i}: not valid JSON ({err.msg})") from None
-                if not isinstance(d, dict):
-                    raise WorkloadError(f"{p}:{i}: each line must be a JSON object")
-                rows.append(row_from_mapping(d, f"{p}:{i}"))
+                rows.append(row_from_mapping(json_object(line, f"{p}:{i}"), f"{p}:{i}"))
     elif p.suffix.lower() == ".csv":
         with p.open(newline="") as fh:
             reader = csv.DictReader(fh)
