@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip --disable-pip-version-check -q
 
-.PHONY: demo test bench venv venv-dev clean
+.PHONY: demo test bench bench-1m venv venv-dev clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -31,6 +31,10 @@ test: venv-dev
 bench: venv-dev
 	$(BIN)/tokenfair bench scheduler
 	$(BIN)/tokenfair bench sim azure:conv
+
+# the Azure conv trace tiled in time to 1,000,000+ requests (minutes per policy)
+bench-1m: venv-dev
+	$(BIN)/tokenfair bench sim azure:conv --min-requests 1000000 --json
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache

@@ -18,6 +18,11 @@ def test_bench_sim_small():
     assert r["requests"] == 200 and r["requests_per_s"] > 0 and r["peak_rss_mb"] > 0
 
 
+def test_bench_sim_tiles_the_trace_to_min_requests():
+    r = bench_sim("hol", "fifo", tenants=None, min_requests=2000)
+    assert r["requests"] == 2 * 1194 and r["peak_rss_mb"] > 0 and r["wall_s"] > 0
+
+
 def test_bench_cli_json():
     res = subprocess.run([sys.executable, "-m", "tokenfair", "bench", "scheduler", "--policies", "fair",
                           "--running", "8", "--waiting", "50,100", "--tenants", "5", "--iterations", "10",

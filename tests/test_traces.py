@@ -16,7 +16,7 @@ from tokenfair import servegen, traces
 from tokenfair.servegen import generate_servegen, parse_pmf
 from tokenfair.traces import (
     SkippedRow, TraceWorkload, find_traces_dir, limit, load_workload, parse_timestamp_ns, read_azure,
-    read_mooncake, read_vtc, remap_tenants, scale_rate, slice_time, spread_tenants,
+    read_mooncake, read_vtc, remap_tenants, scale_rate, slice_time, spread_tenants, tile,
 )
 from tokenfair.workload import TraceRow, Workload, WorkloadError
 
@@ -172,6 +172,17 @@ def test_transforms():
     assert len(limit(wl, 3)) == 3 and limit(wl, 3).rows == wl.rows[:3]
     sp = spread_tenants(wl, 3, seed=0)
     assert set(sp.tenants) <= {"t00", "t01", "t02"}
+
+
+def test_tile_repeats_the_trace_back_to_back():
+    wl = _toy()
+    assert tile(wl, 10) is wl
+    t = tile(wl, 25)                          # 3 copies, the period is the span plus one mean gap
+    assert len(t) == 30 and t.name == "toyx3"
+    check_invariants(t)
+    assert [r.arrival_s for r in t.rows[10:12]] == [9.9, 10.9]
+    assert t.rows[10].request_id == "r0#1" and t.rows[29].request_id == "r9#2"
+    assert [(r.tenant, r.prompt_tokens) for r in t.rows[20:]] == [(r.tenant, r.prompt_tokens) for r in wl.rows]
 
 
 # --- bad rows ------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@
 requests queued over ``tenants`` tenants, slots full -- then the median wall time of
 ``schedule()`` + ``update_from_output()`` over repeated iterations.
 ``bench_sim``: one simulation per policy, each in a fresh process (so peak RSS is its own),
-reporting wall seconds, simulated requests per second and peak RSS.
+reporting wall seconds, simulated requests per second and peak RSS; ``min_requests`` tiles
+the trace in time first (the 1,000,000-request run).
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ def _sim_child(spec: dict) -> dict:
     from .sim.simulate import simulate_once
     from .traces import spread_tenants
     wl, contract = resolve_workload(spec["workload"], spec["seed"])
+    if spec.get("min_requests"):
+        from .traces import tile
+        wl = tile(wl, spec["min_requests"])
     if spec.get("tenants"):
         wl = spread_tenants(wl, spec["tenants"], seed=spec["seed"])
     if spec.get("max_requests"):
@@ -90,9 +94,12 @@ def _sim_child(spec: dict) -> dict:
 
 
 def bench_sim(workload: str, policy: str, *, tenants: int | None = 20, seed: int = 0,
-              max_requests: int | None = None, profile: str | None = None) -> dict:
+              max_requests: int | None = None, min_requests: int | None = None,
+              profile: str | None = None) -> dict:
+    """One policy in a fresh process.  ``min_requests``: tile the trace in time (copies back
+    to back, ``traces.tile``) until it has that many rows, e.g. 1,000,000."""
     spec = {"workload": workload, "policy": policy, "tenants": tenants, "seed": seed,
-            "max_requests": max_requests, "profile": profile}
+            "max_requests": max_requests, "min_requests": min_requests, "profile": profile}
     proc = subprocess.run([sys.executable, "-m", "tokenfair.bench", json.dumps(spec)],
                           capture_output=True, text=True)
     if proc.returncode != 0:

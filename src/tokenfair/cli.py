@@ -122,14 +122,17 @@ def bench_scheduler_cmd(policies: str = typer.Option("fifo,vtc,fair", help="comm
 @bench_app.command("sim")
 def bench_sim_cmd(workload: str = typer.Argument("azure:conv"),
                   policies: str = typer.Option("fifo,vtc,fair"), tenants: int = typer.Option(20, min=1),
-                  max_requests: Optional[int] = typer.Option(None, min=1), seed: int = 0,
-                  json_out: bool = typer.Option(False, "--json")) -> None:
+                  max_requests: Optional[int] = typer.Option(None, min=1),
+                  min_requests: Optional[int] = typer.Option(
+                      None, min=1, help="tile the trace in time until it has this many requests (e.g. 1000000)"),
+                  seed: int = 0, json_out: bool = typer.Option(False, "--json")) -> None:
     """Simulated requests per second of wall time, one fresh process per policy."""
     from .bench import bench_sim
     rows = []
     for p in [p for p in policies.split(",") if p]:
         try:
-            rows.append(bench_sim(workload, p, tenants=tenants, seed=seed, max_requests=max_requests))
+            rows.append(bench_sim(workload, p, tenants=tenants, seed=seed, max_requests=max_requests,
+                                  min_requests=min_requests))
         except RuntimeError as err:
             fail(str(err))
     for r in rows:

@@ -22,7 +22,7 @@ direction.  KV capacity (``kv_capacity_tokens``) and block size define the paged
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -95,6 +95,59 @@ class Profile(BaseModel):
 
     def swap_s(self, tokens: int) -> float:
         return tokens * self.kv_bytes_per_token / self.swap_bandwidth
+
+    def decode_step_fn(self) -> Callable[[int, int], float]:
+        """``f(ctx, n) == self.step_s([], ctx, n)`` bit for bit -- the same float operations in
+        the same order, constants folded the way Python evaluates them left to right -- without
+        the per-call attribute lookups: for the simulator's decode runs.  O(1) per call."""
+        if self.kind == "linear":
+            base, seq, per_ctx, overhead = self.decode_base_s, self.decode_seq_s, self.decode_ctx_s, self.overhead_s
+
+            def linear(ctx: int, n: int) -> float:
+                t = 0.0
+                if n:
+                    t += base + seq * n + per_ctx * ctx
+                return t + overhead
+            return linear
+        p2 = 2 * self.params_nonembed
+        vd2 = 2 * self.vocab * self.hidden
+        ld4 = 4 * self.num_layers * self.hidden
+        ptot2 = 2 * self.params_total
+        lkv4 = 4 * self.num_layers * self.d_kv
+        compute, memory, overhead = self.peak_flops * self.mfu, self.bandwidth * self.mbu, self.overhead_s
+
+        def roofline(ctx: int, n: int) -> float:
+            flops = p2 * n + vd2 * n + ld4 * (0.0 + ctx)
+            nbytes = ptot2 + lkv4 * (ctx + n)
+            return overhead + max(flops / compute, nbytes / memory)
+        return roofline
+
+    def chunk_step_fn(self) -> Callable[[int, int, int], float]:
+        """``f(c, ctx, n) == self.step_s([(c, 0)], ctx, n)`` bit for bit (one uncached prefill
+        chunk of ``c`` tokens beside ``n`` decodes): the fair policy's budget bisection.  O(1)."""
+        if self.kind == "linear":
+            pb, pt = self.prefill_batch_s, self.prefill_token_s
+            base, seq, per_ctx, overhead = self.decode_base_s, self.decode_seq_s, self.decode_ctx_s, self.overhead_s
+
+            def linear(c: int, ctx: int, n: int) -> float:
+                t = 0.0
+                t += pb + pt * c
+                if n:
+                    t += base + seq * n + per_ctx * ctx
+                return t + overhead
+            return linear
+        p2 = 2 * self.params_nonembed
+        vd2 = 2 * self.vocab * self.hidden
+        ld4 = 4 * self.num_layers * self.hidden
+        ptot2 = 2 * self.params_total
+        lkv4 = 4 * self.num_layers * self.d_kv
+        compute, memory, overhead = self.peak_flops * self.mfu, self.bandwidth * self.mbu, self.overhead_s
+
+        def roofline(c: int, ctx: int, n: int) -> float:
+            flops = p2 * (c + n) + vd2 * (n + 1) + ld4 * (0.0 + c * (0 + c / 2) + ctx)
+            nbytes = ptot2 + lkv4 * (ctx + 0 + c + n)
+            return overhead + max(flops / compute, nbytes / memory)
+        return roofline
 
 
 def _kv_capacity(gpu_bytes: float, weight_bytes: float, kv_per_token: float, util: float = 0.9) -> int:

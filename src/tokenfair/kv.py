@@ -2,8 +2,10 @@
 
 Invariant: ``num_free + sum(r.blocks for r in holders) == num_blocks`` and every count is
 non-negative; a request holds ``ceil(num_computed / block_size)`` blocks while on the device.
-Swapped requests hold host blocks instead (``host_used <= host_blocks``).  Query and
-mutation come in pairs (``can_grow`` / ``grow``).  All operations are O(1).
+Swapped requests hold host blocks instead (``host_used <= host_blocks``).  ``held[tenant]``
+is the sum of its requests' device blocks (the fair policy reads it in O(1)); code that grows
+``req.blocks`` directly (the scheduler's decode path, the simulator's fast-forward) keeps it
+too.  Query and mutation come in pairs (``can_grow`` / ``grow``).  All operations are O(1).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from .request import Request
 
 
 class BlockPool:
-    __slots__ = ("num_blocks", "block_size", "num_free", "host_blocks", "host_used")
+    __slots__ = ("num_blocks", "block_size", "num_free", "host_blocks", "host_used", "held")
 
     def __init__(self, num_blocks: int, block_size: int, host_blocks: int = 0) -> None:
         if num_blocks <= 0 or block_size <= 0:
@@ -22,6 +24,7 @@ class BlockPool:
         self.num_free = num_blocks
         self.host_blocks = host_blocks
         self.host_used = 0
+        self.held: dict[str, int] = {}       # tenant -> device blocks of its requests
 
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -39,11 +42,14 @@ class BlockPool:
             raise RuntimeError(f"KV pool over-committed for {req.request_id}: need {need}, free {self.num_free}")
         self.num_free -= need
         req.blocks += need
+        self.held[req.tenant] = self.held.get(req.tenant, 0) + need
 
     def release(self, req: Request) -> int:
         freed = req.blocks
         self.num_free += freed
         req.blocks = 0
+        if freed:
+            self.held[req.tenant] -= freed
         return freed
 
     def can_swap_out(self, req: Request) -> bool:
@@ -66,6 +72,7 @@ class BlockPool:
         self.host_used -= need
         self.num_free -= need
         req.blocks = need
+        self.held[req.tenant] = self.held.get(req.tenant, 0) + need
         return need
 
     @property

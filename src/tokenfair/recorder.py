@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from .contract import CostWeights
+from .exactfloat import add_repeated
 from .sched.interface import SchedulerOutput
 
 
@@ -26,6 +27,9 @@ class Recorder:
         self.preemptions: list[tuple[float, str, str, str]] = []   # (t, request_id, tenant, mode)
         self.num_steps = 0
         self.busy_s = 0.0
+        # integer cost weights keep every service sum integer-valued: k equal additions are
+        # then exactly one multiplication (sums stay far below 2**53)
+        self._integral = float(costs.prefill_token).is_integer() and float(costs.decode_token).is_integer()
 
     def record_step(self, out: SchedulerOutput, t_end: float, duration_s: float,
                     num_waiting: int, num_running: int, kv_usage: float) -> None:
@@ -53,26 +57,40 @@ class Recorder:
         self.num_steps += 1
         self.busy_s += duration_s
 
-    def record_run(self, reqs: list, step_ends: list[float], step_durations: list[float],
-                   kv_usage: float) -> None:
-        """A fast-forwarded run of identical decode steps (no prefill, no queue, no preemption):
-        the same buckets as ``record_step`` once per step, aggregated per tenant/class."""
+    def record_run(self, tenants: dict[str, int], classes: dict[str, int], step_ends: list[float],
+                   step_durations: list[float], usage_after, running_after: int) -> None:
+        """A fast-forwarded run of decode-only steps (no prefill, no queue, no preemption) with
+        ``tenants`` / ``classes`` decoding requests per name in every step: the buckets end up
+        bit for bit as ``record_step`` once per step would leave them.  ``usage_after(j)`` is
+        the KV usage after step j; ``running_after`` the running count after the last step
+        (the others run ``sum(tenants.values())``).  O(buckets x names + k), plus O(k) per
+        name when a service sum is not integer-valued (``add_repeated``)."""
         wd = self.costs.decode_token
-        tenants, classes = _counts2(reqs)
-        n = len(reqs)
-        steps_per_bucket: dict[int, int] = defaultdict(int)
-        for t_end, dt in zip(step_ends, step_durations):
-            steps_per_bucket[int(t_end // self.bucket_s)] += 1
-            self.busy_s += dt
-        for b, k in steps_per_bucket.items():
-            for name, cnt in tenants.items():
-                self.tenant_service[name][b] += wd * cnt * k
-            for name, cnt in classes.items():
-                self.class_service[name][b] += wd * cnt * k
+        bucket_s = self.bucket_s
+        n = sum(tenants.values())
+        ts, cs = self.tenant_service, self.class_service
+        last = len(step_ends) - 1
+        i = 0
+        while i <= last:
+            b = int(step_ends[i] // bucket_s)
+            j = i
+            while j < last and int(step_ends[j + 1] // bucket_s) == b:
+                j += 1
+            k = j - i + 1
+            for counts, service in ((tenants, ts), (classes, cs)):
+                for name, cnt in counts.items():
+                    acc = service[name]
+                    if self._integral:
+                        acc[b] += wd * cnt * k
+                    else:
+                        acc[b] = add_repeated(acc[b], wd * cnt, k)
             self.tokens[b] += n * k
             self.queue_len[b] = 0
-            self.running[b] = n
-            self.kv_usage[b] = kv_usage
+            self.running[b] = n if j < last else running_after
+            self.kv_usage[b] = usage_after(j)
+            i = j + 1
+        for dt in step_durations:
+            self.busy_s += dt
         self.num_steps += len(step_ends)
 
     def to_json(self) -> dict:

@@ -28,13 +28,13 @@ from tokenfair.traces_readers import (
     _AZURE_COLS, _VTC_COLS, SkippedRow, TraceWorkload, _azure_tenant_for, _read_azure, read_azure, read_mooncake,
     read_tokenfair, read_vtc,
 )
-from tokenfair.traces_transforms import limit, remap_tenants, scale_rate, slice_time, spread_tenants
+from tokenfair.traces_transforms import limit, remap_tenants, scale_rate, slice_time, spread_tenants, tile
 from tokenfair.servegen import generate_servegen
 from tokenfair.workload import WorkloadError
 
 __all__ = [
     "generate_servegen", "SkippedRow", "TraceWorkload", "find_traces_dir", "read_azure", "read_mooncake", "read_vtc",
-    "read_tokenfair", "slice_time", "scale_rate", "remap_tenants", "limit", "spread_tenants",
+    "read_tokenfair", "slice_time", "scale_rate", "remap_tenants", "limit", "spread_tenants", "tile",
     "load_workload",
 ]
 

@@ -1,5 +1,5 @@
 """Generic workload transforms (re-exported by :mod:`tokenfair.traces`): time slicing, rate
-scaling, tenant renaming, truncation and Zipf-like tenant spreading.  Each returns a new
+scaling, tenant renaming, truncation, tiling in time and Zipf-like tenant spreading.  Each returns a new
 :class:`~tokenfair.workload.Workload` of the same type."""
 
 from __future__ import annotations
@@ -46,6 +46,23 @@ def limit(wl: Workload, n: int) -> Workload:
     if n < 0:
         raise WorkloadError(f"limit: n must be >= 0, got {n}")
     return _rebuilt(wl, wl.rows[:n])
+
+
+def tile(wl: Workload, min_requests: int) -> Workload:
+    """The trace repeated back to back in time until it has at least ``min_requests`` rows:
+    copy i arrives ``i x period`` later (period = the trace's span plus its mean gap, so
+    copies never overlap) and its ids get a ``#i`` suffix.  O(rows)."""
+    rows = wl.rows
+    if not rows:
+        raise WorkloadError("tile: the workload is empty")
+    copies = max(1, -(-min_requests // len(rows)))
+    if copies == 1:
+        return wl
+    span = rows[-1].arrival_s - rows[0].arrival_s
+    period = span + span / len(rows) if span > 0 else 1.0
+    tiled = [replace(r, request_id=f"{r.request_id}#{i}", arrival_s=r.arrival_s + i * period) if i else r
+             for i in range(copies) for r in rows]
+    return _rebuilt(wl, tiled, f"{wl.name}x{copies}")
 
 
 def spread_tenants(wl: Workload, num_tenants: int, *, seed: int = 0, zipf_s: float = 1.0) -> Workload:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
+from ..exactfloat import add_repeated
 from ..request import Request, Status
 from .policy import Policy
 from .registry import register
@@ -266,10 +267,26 @@ class VtcPolicy(_VllmMechanics):
         if decoded:
             self.counters[req.tenant] += self.w_q * decoded / self._weight[req.tenant]
 
-    def on_fast_forward(self, reqs: list[Request], step_ends: list[float], step_durations: list[float]) -> None:
-        k = len(step_ends)
+    def on_decoded(self, reqs: list[Request], now: float) -> None:
+        """``on_served(req, 0, 1)`` for each, batched per tenant: O(len(reqs))."""
+        per_tenant: dict[str, int] = {}
         for req in reqs:
-            self.counters[req.tenant] += self.w_q * k / self._weight[req.tenant]
+            per_tenant[req.tenant] = per_tenant.get(req.tenant, 0) + 1
+        counters = self.counters
+        for t, m in per_tenant.items():
+            x = self.w_q * 1 / self._weight[t]
+            counters[t] = counters[t] + x if m == 1 else add_repeated(counters[t], x, m)
+
+    def on_fast_forward(self, reqs: list[Request], start: float, step_ends: list[float],
+                        step_durations: list[float], end_last: bool = True) -> None:
+        """Each request's tenant counter gets ``w_q / w[u]`` per step, as ``on_served`` adds it:
+        O(len(reqs)) plus ``add_repeated`` per tenant (O(1) for integer-valued counters)."""
+        per_tenant: dict[str, int] = {}
+        for req in reqs:
+            per_tenant[req.tenant] = per_tenant.get(req.tenant, 0) + 1
+        k = len(step_ends)
+        for t, m in per_tenant.items():
+            self.counters[t] = add_repeated(self.counters[t], self.w_q * 1 / self._weight[t], m * k)
 
 
 register("sjf", SjfPolicy)

@@ -43,8 +43,9 @@ class Policy:
     shared_budget = False       # one token budget for prefill and decode (vLLM style)
     hol_blocking = True         # stop admitting at the first candidate that does not fit
     admit_after_preemption = False  # vLLM admits nothing new in a step that preempted
-    # a run of identical decode steps may be applied at once (sim/fastforward.py): only for
-    # policies whose decisions do not depend on when their statistics were last read
+    # a run of decode-only steps may be applied at once (sim/fastforward.py): only for policies
+    # whose decode-only steps change nothing but what on_decoded / on_step_end change, and
+    # whose schedule-time calls in such a step read nothing but prefill_budget's arguments
     supports_fast_forward = True
 
     def bind(self, contract: Contract, profile: Profile, pool: BlockPool, predictor: Predictor) -> None:
@@ -117,12 +118,22 @@ class Policy:
         for req in reqs:
             self.on_served(req, 0, 1, now)
 
-    def on_fast_forward(self, reqs: list[Request], step_ends: list[float], step_durations: list[float]) -> None:
-        """``reqs`` (all running, all decoding) decoded one token in each of these steps and
-        nothing else happened (see ``sim/fastforward.py``).  Default: replay step by step."""
-        for now, dt in zip(step_ends, step_durations):
+    def on_fast_forward(self, reqs: list[Request], start: float, step_ends: list[float],
+                        step_durations: list[float], end_last: bool = True) -> None:
+        """``reqs`` (all running, all decoding, in running order) decoded one token in each of
+        these steps (the first began at ``start``) and nothing else happened (see
+        ``sim/fastforward.py``): leave the policy exactly as ``on_decoded`` + ``on_step_end`` per
+        step would.  ``end_last=False``: the last step's ``on_step_end`` is left to the caller
+        (requests finish in between).  Default: replay step by step, O(len(reqs)) per step."""
+        cls = type(self)
+        if (cls.on_decoded is Policy.on_decoded and cls.on_served is Policy.on_served
+                and cls.on_step_end is Policy.on_step_end):
+            return                            # nothing to replay (fifo, sjf, priority)
+        last = len(step_ends) - 1
+        for i, (now, dt) in enumerate(zip(step_ends, step_durations)):
             self.on_decoded(reqs, now)
-            self.on_step_end(now, dt)
+            if end_last or i < last:
+                self.on_step_end(now, dt)
 
     def on_step_end(self, now: float, duration_s: float) -> None:
         pass

@@ -25,6 +25,7 @@ from ..contract import Contract
 from ..costmodel import Profile
 from ..kv import BlockPool
 from ..request import Request, Status
+from .bulk import bulk_decodes, leading_decodes
 from .interface import SchedulerOutput, StepResult
 from .policy import Budget, Policy
 from .predictor import OnlinePredictor, Predictor
@@ -46,6 +47,8 @@ class IterationScheduler:
         self.num_recomputed_tokens = 0
         self.num_swapped_blocks = 0
         self.step_stats: tuple[int, int, list[Request]] = (0, 0, [])   # last step: decodes, ctx sum, prefills
+        # after the last step: the only running requests that may not be decoding (None: unknown)
+        self.maybe_prefilling: list[Request] | None = []
 
     # -- intake -------------------------------------------------------------------------
     def add_request(self, req: Request, now: float) -> None:
@@ -87,7 +90,9 @@ class IterationScheduler:
         budget = Budget(policy.prefill_budget(self.step_stats, now), eng.decode_token_budget, policy.shared_budget)
         max_chunk = policy.max_chunk()
         deferred: list[Request] = []
-        self._schedule_running(out, budget, max_chunk, now, honor_cap=True, deferred=deferred)
+        hint, self.maybe_prefilling = self.maybe_prefilling, None
+        self._schedule_running(out, budget, max_chunk, now, honor_cap=True, deferred=deferred,
+                               bulk=leading_decodes(self.running, hint))
         if out.is_empty and self.running and not out.preempted:
             # every running prefill hit the consecutive-service cap: serve them anyway
             self._schedule_running(out, budget, max_chunk, now, honor_cap=False, deferred=None)
@@ -122,10 +127,11 @@ class IterationScheduler:
                 out.prefill[idx] = (req, n + extra)
 
     def _schedule_running(self, out: SchedulerOutput, budget: Budget, max_chunk: int, now: float,
-                          honor_cap: bool, deferred: list[Request] | None) -> None:
-        """Running requests in admission order.  Decodes take the fast path (O(1) each: a new
-        KV block only when the context crosses a block boundary); prefills and KV shortage
-        the general one.  Also records this step's decode count, context sum and running
+                          honor_cap: bool, deferred: list[Request] | None, bulk: int = 0) -> None:
+        """Running requests in admission order.  The ``bulk`` leading ones, known to decode,
+        go at once (``bulk.bulk_decodes``); then decodes take the fast path (O(1) each: a new KV
+        block only when the context crosses a block boundary), prefills and KV shortage the
+        general one.  Also records this step's decode count, context sum and running
         prefills in ``step_stats`` for the policy's next budget decision."""
         eng = self.contract.engine
         policy, pool, running = self.policy, self.pool, self.running
@@ -138,6 +144,9 @@ class IterationScheduler:
         shared = budget.shared
         ctx_sum = 0
         i = 0
+        if bulk:
+            i, ctx_sum = bulk_decodes(running, pool, out, budget, bulk)
+            kept.extend(running[:i])
         n_running = len(running)
         while i < n_running:
             req = running[i]
@@ -156,6 +165,7 @@ class IterationScheduler:
                         continue
                     pool.num_free -= 1
                     req.blocks += 1
+                    pool.held[req.tenant] += 1
                 if shared:
                     budget.prefill_left -= 1
                 else:
@@ -297,25 +307,33 @@ class IterationScheduler:
                 if req.first_token_s is None:
                     req.first_token_s = now
             policy.on_served(req, n, 1 if sampled else 0, now)
-        decoded: list[Request] = []
-        reached_max: list[Request] = []
-        for req in out.decode:                      # hot loop: O(1) per decoding request
-            if req.status is not Status.RUNNING:
-                continue
+        running = Status.RUNNING
+        decoded = [req for req in out.decode if req.status is running]
+        for req in decoded:                         # hot loop: O(1) per decoding request
             req.num_computed += 1
             req.num_output += 1
             if req.first_token_s is None:
                 req.first_token_s = now
-            decoded.append(req)
-            if req.num_output >= req.max_tokens:
-                reached_max.append(req)
+        reached_max = [req for req in decoded if req.num_output >= req.max_tokens]
         policy.on_decoded(decoded, now)
+        self.retire(result.failed, result.finished, reached_max, now)
+        policy.on_step_end(now, result.duration_s)
+        # running requests that may still be prefilling: every other one is decoding (O(prefills))
+        self.maybe_prefilling = [r for r, _ in out.prefill] + out.swapped_in + self.step_stats[2]
+        ended, self.ended = self.ended, []
+        return ended
+
+    def retire(self, failed: list[tuple[Request, str]], finished: list[Request],
+               reached_max: list[Request], now: float) -> None:
+        """End the step's failed, finished (engine) and ``max_tokens`` requests, in that order,
+        and free their slots and KV: O(running) when any ended, else O(1).  Also used by the
+        simulator's fast-forward for a run's finishing step."""
         done: list[Request] = []
-        for req, reason in result.failed:
+        for req, reason in failed:
             if req.status is Status.RUNNING:
                 done.append(req)
                 self._end(req, Status.FAILED, reason, now)
-        for req in result.finished:
+        for req in finished:
             if req.status is Status.RUNNING:
                 done.append(req)
                 self._end(req, Status.FINISHED, "eos_or_length", now)
@@ -328,9 +346,6 @@ class IterationScheduler:
             self.running = [r for r in self.running if id(r) not in gone]
             for req in done:
                 self.pool.release(req)
-        policy.on_step_end(now, result.duration_s)
-        ended, self.ended = self.ended, []
-        return ended
 
     def _end(self, req: Request, status: Status, reason: str, now: float) -> None:
         req.status = status
@@ -360,6 +375,10 @@ class IterationScheduler:
     def check_invariants(self) -> None:
         held = sum(r.blocks for r in self.running)
         assert held + self.pool.num_free == self.pool.num_blocks, (held, self.pool.num_free)
+        per_tenant: dict[str, int] = {}
+        for r in self.running:
+            per_tenant[r.tenant] = per_tenant.get(r.tenant, 0) + r.blocks
+        assert {t: b for t, b in self.pool.held.items() if b} == {t: b for t, b in per_tenant.items() if b}
         assert all(r.status is Status.RUNNING for r in self.running)
         assert len({id(r) for r in self.running}) == len(self.running)
         assert len(self.running) <= self.contract.engine.max_running

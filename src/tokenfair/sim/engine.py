@@ -1,39 +1,44 @@
 """A simulated continuous-batching engine: step time from the cost model, true lengths hidden.
 
 The engine alone knows each request's true output length (the trace's ``output_tokens``);
-a request finishes on the step that samples its last token.  Swap traffic adds
+a request finishes on the step that samples its last token, and the engine then forgets it
+(memory stays O(requests in the system), not O(requests ever seen)).  Swap traffic adds
 ``profile.swap_s(tokens)`` per direction to the step.
 """
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from ..costmodel import Profile
 from ..request import Request
 from ..sched.interface import SchedulerOutput, StepResult
+
+_num_computed = attrgetter("num_computed")
 
 
 class SimEngine:
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
-        self._true_len: dict[int, int] = {}
+        self.decode_step_s = profile.decode_step_fn()   # == profile.step_s([], ctx, n), bit for bit
+        self._true_len: dict[Request, int] = {}     # keyed by identity
+        # output length at which each request stops (true length or max_tokens): fast-forward
+        self.stop_at: dict[Request, int] = {}
         self.busy_s = 0.0
         self.swap_s = 0.0
 
     def add(self, req: Request, true_output_tokens: int) -> None:
-        self._true_len[id(req)] = true_output_tokens
+        self._true_len[req] = true_output_tokens
+        self.stop_at[req] = min(true_output_tokens, req.max_tokens)
 
     def forget(self, req: Request) -> None:
-        self._true_len.pop(id(req), None)
+        self._true_len.pop(req, None)
+        self.stop_at.pop(req, None)
 
     @property
-    def true_lengths(self) -> dict[int, int]:
-        """id(request) -> true output length (for fast-forwarding; never for the scheduler)."""
+    def true_lengths(self) -> dict[Request, int]:
+        """request -> true output length (for fast-forwarding; never for the scheduler)."""
         return self._true_len
-
-    def steps_to_first_finish(self, running: list[Request]) -> int:
-        """Steps until the first of ``running`` (all decoding) samples its last token."""
-        true_len = self._true_len
-        return min(true_len[id(r)] - r.num_output for r in running)
 
     def advance(self, durations: list[float]) -> None:
         """Account a fast-forwarded run of steps (no swaps), in the per-step order."""
@@ -41,19 +46,18 @@ class SimEngine:
             self.busy_s += dt
 
     def execute(self, out: SchedulerOutput) -> StepResult:
-        true_len = self._true_len
-        finished = []
-        prefill = []
-        for req, n in out.prefill:
-            prefill.append((n, req.num_computed))
-            if n == req.num_uncomputed and req.num_output + 1 >= true_len[id(req)]:
-                finished.append(req)
-        ctx = 0
-        for req in out.decode:
-            ctx += req.num_computed
-            if req.num_output + 1 >= true_len[id(req)]:
-                finished.append(req)
-        dt = self.profile.step_s(prefill, ctx, len(out.decode))
+        """O(prefills + decodes), the per-decode work in comprehensions."""
+        true_len, stop_at = self._true_len, self.stop_at
+        finished = [req for req, n in out.prefill
+                    if n == req.num_uncomputed and req.num_output + 1 >= true_len[req]]
+        prefill = [(n, req.num_computed) for req, n in out.prefill]
+        decode = out.decode
+        ending = [req for req in decode if req.num_output + 1 >= stop_at[req]]   # true length or max_tokens
+        if ending:
+            finished += [req for req in ending if req.num_output + 1 >= true_len[req]]
+        for req in finished + ending:         # they end this step: nothing more to know
+            self.forget(req)
+        dt = self.profile.step_s(prefill, sum(map(_num_computed, decode)), len(decode))
         swap_tokens = sum(r.num_computed for r, mode in out.preempted if mode == "swap")
         swap_tokens += sum(r.num_computed for r in out.swapped_in)
         swap_s = self.profile.swap_s(swap_tokens) if swap_tokens else 0.0

@@ -1,97 +1,176 @@
-"""Advancing a run of identical decode iterations in one event.
+"""Advancing runs of decode-only iterations in one event (simulation only).
 
-When every running request is decoding, nothing waits, no arrival falls inside the run, no
-request finishes or reaches ``max_tokens`` before its last step and the KV pool can hold
-the growth, the next ``k`` steps are all the same shape: each running request decodes one
-token.  ``fast_forward`` applies them at once:
+A *decode run* starts when every running request is decoding, nothing waits and no arrival
+is due: until the next arrival, each step decodes one token for every running request and
+nothing else happens but requests finishing and KV blocks growing.  ``fast_forward`` applies
+such a run segment by segment, a *segment* being the steps up to and including the next
+step in which a request finishes (true length or ``max_tokens``):
 
-  * step j's duration is the cost model's ``step_s([], ctx_0 + j * n, n)`` -- the same call
-    the per-step path makes, added to the clock in the same order, so times are identical;
-  * requests advance ``k`` tokens, KV blocks grow to ``ceil(context / block_size)``;
-  * the policy gets ``on_fast_forward`` (its per-step statistics in aggregate), the engine
-    its busy time, the recorder one ``record_run``.
-Policies opt in (``Policy.supports_fast_forward``); ``fair`` does not yet, because its
-light/level statistics are refreshed lazily and would be read at different moments.
-The run stops one step *before* the first finish, so the finishing step always goes
-through the normal path.  ``tests/test_fastforward.py`` checks that every request's record
-equals the one from stepping one iteration at a time.
-Cost: O(n) per run plus O(k) float work, instead of O(n * k) Python work.
+  * step j's duration is the cost model's ``step_s([], ctx_j, n)`` (``decode_step_fn``: the
+    same float operations), added to the clock in the same order, so times are identical;
+  * requests advance k tokens, KV blocks grow to ``max(blocks, ceil(context / block_size))``;
+    a segment stops before a step whose block growth the pool could not hold (eviction goes
+    through the normal path) and before the step at which the next arrival is due;
+  * the policy gets ``on_fast_forward`` (exactly what ``on_decoded`` + ``on_step_end`` per
+    step would leave), the engine its busy time, the recorder ``record_run``;
+  * the finishing step retires its requests through ``IterationScheduler.retire`` (the code
+    ``update_from_output`` runs) between the policy's ``on_decoded`` and ``on_step_end``, as
+    stepping does; the run then goes on with the others.
+The first step's ``schedule()`` asks ``policy.prefill_budget`` about the previous step's
+prefills (the fair policy reads its light/level statistics there), so the run makes that
+call too; in the later steps that call only sees decodes, and nothing else a decode-only
+step calls on a policy reads or changes its state (``Policy.supports_fast_forward``).
+``tests/test_fastforward.py`` checks that every record, the whole timeline and the
+scheduler's counters equal those of stepping one iteration at a time, for every policy.
+Cost: O(n) per segment (n running; O(n log k) when the pool is nearly full) plus O(k) float
+work for its k steps, instead of O(n) Python work per step.
 """
 
 from __future__ import annotations
 
-MIN_RUN = 2
+from operator import attrgetter
+
+from ..request import Status
+
+_num_computed = attrgetter("num_computed")
+
+
+def _growth(running, bs: int, k: int) -> int:
+    """KV blocks that ``k`` more decode steps add to ``running``: O(n)."""
+    total = 0
+    for r in running:
+        g = -(-(r.num_computed + k) // bs) - r.blocks
+        if g > 0:
+            total += g
+    return total
 
 
 def _kv_bound(running, free: int, bs: int, k_max: int) -> int:
-    """Largest k <= k_max such that growing every request by k tokens fits in ``free`` blocks."""
-    def need(k: int) -> int:
-        total = 0
-        for r in running:
-            total += -(-(r.num_computed + k) // bs) - r.blocks
-        return total
-    if need(k_max) <= free:
+    """Largest k <= k_max whose growth fits in ``free`` blocks (growth is monotone in k, so
+    every earlier step fits too): O(n log k_max)."""
+    if _growth(running, bs, k_max) <= free:
         return k_max
     lo, hi = 0, k_max
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if need(mid) <= free:
+        if _growth(running, bs, mid) <= free:
             lo = mid
         else:
             hi = mid
     return lo
 
 
-def fast_forward(sched, engine, recorder, now: float, next_arrival: float) -> float:
-    """Apply as many identical decode steps as allowed; return the new time (``now`` if none)."""
-    running = sched.running
-    n = len(running)
+def _eligible(sched, now: float, next_arrival: float) -> bool:
+    """All running decoding, nothing waiting, no arrival due, the decode budget holds them:
+    O(prefills of the last step)."""
     policy = sched.policy
-    if (n == 0 or not policy.supports_fast_forward or policy.num_waiting()
-            or n > sched.contract.engine.decode_token_budget
-            or next_arrival <= now):
+    running = sched.running
+    hint = sched.maybe_prefilling
+    return bool(running and next_arrival > now and policy.supports_fast_forward
+                and hint is not None and not policy.num_waiting()
+                and len(running) <= sched.contract.engine.decode_token_budget
+                and not any(r.status is Status.RUNNING and r.in_prefill for r in hint))
+
+
+def fast_forward(sched, engine, recorder, now: float, next_arrival: float) -> float:
+    """Apply decode-only steps until the next arrival, the pool runs short or nothing runs;
+    return the new time (``now`` if no step could be applied)."""
+    if not _eligible(sched, now, next_arrival):
         return now
-    true_len = engine.true_lengths
-    k_max = 1 << 60
-    ctx = 0
-    for r in running:                     # one pass: all decoding? first finish? context sum
-        out = r.num_output
-        if out == 0 or r.prompt_tokens + out - r.num_computed != 1:
-            return now
-        left = min(true_len[id(r)], r.max_tokens) - out
-        if left < k_max:
-            k_max = left
-            if k_max <= MIN_RUN:
-                return now
-        ctx += r.num_computed
-    k_max -= 1
-    k_max = _kv_bound(running, sched.pool.num_free, sched.pool.block_size, k_max)
-    if k_max < MIN_RUN:
-        return now
-    step_s = engine.profile.step_s
+    t = now
+    first = True
+    while sched.running and next_arrival > t:
+        t, steps, finished = _segment(sched, engine, recorder, t, next_arrival, first)
+        first = first and not steps
+        if not finished:
+            break                         # stopped by the arrival or the KV pool
+    return t
+
+
+def _segment(sched, engine, recorder, now: float, next_arrival: float,
+             first: bool) -> tuple[float, int, bool]:
+    """One segment: the steps up to the next finishing one (or fewer); (end time, steps
+    applied, did it end with the finishing step?).
+    O(n) in a few passes, plus O(n log k) when the pool is nearly full."""
+    running = sched.running
+    pool = sched.pool
+    bs = pool.block_size
+    stop_at = engine.stop_at
+    n = len(running)
+    k_fin = min([stop_at[r] - r.num_output for r in running])
+    if k_fin < 1:
+        return now, 0, False
+    ctx = sum(map(_num_computed, running))
+    free0 = pool.num_free
+    k_max = k_fin if n * (k_fin // bs + 1) <= free0 else _kv_bound(running, free0, bs, k_fin)
+    step_s = engine.decode_step_s
     ends: list[float] = []
     durations: list[float] = []
     t = now
     for j in range(k_max):
         if next_arrival <= t:
             break
-        dt = step_s([], ctx + j * n, n)
+        dt = step_s(ctx + j * n, n)
         t += dt
         ends.append(t)
         durations.append(dt)
     k = len(ends)
-    if k < MIN_RUN:
-        return now
-    pool = sched.pool
-    bs = pool.block_size
+    if k == 0:
+        return now, 0, False
+    policy = sched.policy
+    if first:                             # as the first step's schedule() does (see above)
+        policy.prefill_budget(sched.step_stats, now)
+    usage_after = _usage_after(running, pool, ends, recorder.bucket_s)
+    tenants: dict[str, int] = {}
+    classes: dict[str, int] = {}
+    grown = 0
+    held = pool.held
     for r in running:
-        r.num_computed += k
+        c = r.num_computed + k
+        r.num_computed = c
         r.num_output += k
-        grown = -(-r.num_computed // bs) - r.blocks
-        pool.num_free -= grown
-        r.blocks += grown
-    policy.on_fast_forward(running, ends, durations)
+        nb = -(-c // bs)
+        if nb > r.blocks:
+            grown += nb - r.blocks
+            held[r.tenant] += nb - r.blocks
+            r.blocks = nb
+        tenants[r.tenant] = tenants.get(r.tenant, 0) + 1
+        classes[r.klass] = classes.get(r.klass, 0) + 1
+    pool.num_free -= grown
+    finishing = k == k_fin
+    policy.on_fast_forward(running, now, ends, durations, end_last=not finishing)
     engine.advance(durations)
-    recorder.record_run(running, ends, durations, pool.usage)
+    if finishing:                         # retire() replaces sched.running, not this list
+        true_len = engine.true_lengths
+        done = [r for r in running if r.num_output >= true_len[r]]
+        at_max = [r for r in running if r.num_output >= r.max_tokens]
+        sched.retire([], done, at_max, t)
+        policy.on_step_end(t, durations[-1])
+        for r in done + at_max:           # as SimEngine.execute forgets what ends
+            engine.forget(r)
+        sched.ended = []
+    recorder.record_run(tenants, classes, ends, durations, usage_after, len(sched.running))
     sched.step_stats = (n, ctx + (k - 1) * n, [])
-    return t
+    sched.maybe_prefilling = []           # every running request decodes
+    return t, k, finishing
+
+
+def _usage_after(running, pool, ends: list[float], bucket_s: float):
+    """``usage_after(j)``: KV usage after step j of the segment about to be applied (the
+    recorder asks for the last step of each bucket).  The last step reads the pool; earlier
+    ones, needed only when the segment spans buckets, come from the blocks before it (O(n))."""
+    if int(ends[0] // bucket_s) == int(ends[-1] // bucket_s):
+        return lambda j: pool.usage
+    bs, free0, num_blocks, last = pool.block_size, pool.num_free, pool.num_blocks, len(ends) - 1
+    before = [(r.num_computed, r.blocks) for r in running]
+
+    def usage_after(j: int) -> float:
+        if j == last:
+            return pool.usage
+        free = free0
+        for c, b in before:
+            g = -(-(c + j + 1) // bs) - b
+            if g > 0:
+                free -= g
+        return 1.0 - free / num_blocks
+    return usage_after

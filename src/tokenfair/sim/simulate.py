@@ -39,14 +39,12 @@ def simulate_once(workload: Workload, policy: str, contract: Contract, profile: 
         def forget(self, req):
             engine.forget(req)
 
-        def steps_to_first_finish(self, running):
-            return engine.steps_to_first_finish(running)
-
         def advance(self, durations):
             engine.advance(durations)
 
         true_lengths = engine.true_lengths
-
+        stop_at = engine.stop_at
+        decode_step_s = staticmethod(engine.decode_step_s)
         profile = engine.profile
 
     res = run(workload.rows, contract, sched, _Adapter(), VirtualClock(), progress,

@@ -7,17 +7,23 @@
   (blocks held x step seconds x weight), O(running) per step;
 * recent service per tenant / class / in total (decayed, ``share_tau_s``) feeds the light
   and min-share decisions (``shares.py``);
-* ``on_decoded`` is the hot path: O(1) per decoding request, tenant updates aggregated.  A
-  fast-forwarded run (sim/fastforward.py) replays it step by step (the base
-  ``Policy.on_fast_forward``): a closed form would round differently and, through the
-  floating-point state the policy's decisions read, change later decisions.
+* ``on_decoded`` is the hot path: O(1) per decoding request, tenant updates aggregated.
+* ``on_fast_forward`` (a run of k decode-only steps, sim/fastforward.py) leaves every float
+  exactly as ``on_decoded`` + ``on_step_end`` per step would: with integer cost weights every
+  request's used cost and charge is an integer-valued float, so its k increments sum exactly
+  in one addition; the charges to S_i and the decayed statistics are replayed per step in
+  the same order (O(charging requests + tenants) per step, not O(running)).  Other weights
+  replay ``on_decoded`` step by step; with a KV occupancy charge the policy does not
+  fast-forward at all (that charge reads every step's blocks).
 """
 
 from __future__ import annotations
 
 import math
 
+from ...exactfloat import add_repeated
 from ...request import Request
+from .tenant import TenantState
 
 
 class AccountingMixin:
@@ -61,9 +67,15 @@ class AccountingMixin:
         served_total = 0.0
         tau = self.share_tau_s
         class_recent = self.class_recent
+        last_t, f = None, 1.0
         for name, k in per_tenant.items():
             t = tenants[name]
-            t.decayed_recent(now, tau)
+            rt = t.recent_t
+            if now > rt:                           # t.decayed_recent(now, tau), one exp per
+                if rt != last_t:                   # distinct last update (usually one)
+                    last_t, f = rt, math.exp(-(now - rt) / tau)
+                t.recent *= f
+                t.recent_t = now
             t.recent += wd * k
             served_total += wd * k
         if class_recent:
@@ -73,6 +85,73 @@ class AccountingMixin:
         self.recent_total += served_total
         if self.first_service_s is None and reqs:
             self.first_service_s = now
+
+    def on_fast_forward(self, reqs: list[Request], start: float, step_ends: list[float],
+                        step_durations: list[float], end_last: bool = True) -> None:
+        """k decode-only steps of ``reqs``, bit for bit as ``on_decoded`` + ``on_step_end`` per
+        step (module docstring): O(len(reqs)) once, then O(charging requests + tenants +
+        min-share classes) per step."""
+        # what schedule() leaves behind in a decode-only step (pick/prefill_budget set it)
+        self._now = step_ends[-2] if len(step_ends) > 1 else start
+        if not self._integral_costs:
+            super().on_fast_forward(reqs, start, step_ends, step_durations, end_last)
+            return
+        wd, k = self.wd, len(step_ends)
+        tenants = self.tenants
+        per_tenant: dict[str, int] = {}
+        charging: list[tuple[int, float, TenantState]] = []   # (first charging step, its charge, tenant)
+        for req in reqs:
+            per_tenant[req.tenant] = per_tenant.get(req.tenant, 0) + 1
+            used = req.used_cost + k * wd            # integer-valued: exact (module docstring)
+            if used > req.charged:
+                first = max(1, int(req.charged - req.used_cost) // int(wd) + 1)
+                charging.append((first, req.used_cost + first * wd - req.charged, tenants[req.tenant]))
+                req.charged = used
+            req.used_cost = used
+        served = [(tenants[name], wd * cnt) for name, cnt in per_tenant.items()]
+        served_total = 0.0
+        for _, s in served:
+            served_total += s
+        class_recent = self.class_recent
+        per_class: dict[str, int] = {}
+        if class_recent:
+            for req in reqs:
+                if req.klass in class_recent:
+                    per_class[req.klass] = per_class.get(req.klass, 0) + 1
+        self._ff_recent(served, step_ends)
+        for j in range(1, k + 1):                    # step j: on_decoded, then on_step_end
+            now = step_ends[j - 1]
+            for first, partial, t in charging:
+                if j >= first:
+                    t.vtime += (partial if j == first else wd) / t.weight
+            for klass, m in per_class.items():
+                class_recent[klass] = add_repeated(class_recent[klass], wd, m)
+            self.recent_total += served_total
+            if self.first_service_s is None and reqs:
+                self.first_service_s = now
+            if j < k or end_last:
+                self.on_step_end(now, step_durations[j - 1])
+
+    def _ff_recent(self, served: list[tuple[TenantState, float]], step_ends: list[float]) -> None:
+        """Each tenant's decayed service after these steps, the same float operations as
+        ``on_decoded`` step by step (decay to the step's end, then add): from the second step
+        on every tenant was updated at the previous step's end, so the decay factor is one per
+        step, shared.  O(k + tenants x k) float work, no method calls."""
+        tau = self.share_tau_s
+        now = step_ends[0]
+        factors = [math.exp(-(step_ends[j] - step_ends[j - 1]) / tau) for j in range(1, len(step_ends))]
+        last_t, f = None, 1.0
+        for t, s in served:
+            r, rt = t.recent, t.recent_t
+            if now > rt:
+                if rt != last_t:
+                    last_t, f = rt, math.exp(-(now - rt) / tau)
+                r *= f
+            r += s
+            for g in factors:
+                r = r * g + s
+            t.recent = r
+            t.recent_t = max(rt, step_ends[-1])
 
     def on_step_end(self, now: float, duration_s: float) -> None:
         self._reserved_cache = None

@@ -32,13 +32,13 @@ class BatchingMixin:
         if slo is None or n == 0:
             return budget
         target = TPOT_MARGIN * slo
-        step = self.profile.step_s
-        if step([(budget, 0)], ctx, n) <= target:
+        step = self._chunk_step                  # == profile.step_s([(c, 0)], ctx, n)
+        if step(budget, ctx, n) <= target:
             return budget
         lo, hi = MIN_PREFILL_BUDGET, budget      # the largest multiple of 64 that fits (bisection)
         while hi - lo > 64:
             mid = (lo + hi) // 128 * 64
-            if step([(mid, 0)], ctx, n) <= target:
+            if step(mid, ctx, n) <= target:
                 lo = mid
             else:
                 hi = mid

@@ -42,9 +42,9 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
     shared_budget = False
     hol_blocking = False
     admit_after_preemption = True
-    # the light/level statistics are refreshed lazily (every 0.25 s, on first use), so their
-    # values depend on which steps read them: stepping and fast-forwarding would diverge
-    supports_fast_forward = False
+    # a decode-only step reads the light/level statistics only in prefill_budget (for the
+    # previous step's prefills), which fast-forward calls too; on_fast_forward is exact
+    supports_fast_forward = True
 
     def __init__(self, order: str = "edf", share_tau_s: float = 10.0) -> None:
         if order not in ("edf", "fifo"):
@@ -55,7 +55,11 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
     def bind(self, contract, profile, pool, predictor) -> None:
         super().bind(contract, profile, pool, predictor)
         c = contract.costs
+        # a KV occupancy charge reads every step's blocks, which a fast-forward run skips
+        self.supports_fast_forward = c.kv_block_s == 0
         self.wp, self.wd = c.prefill_token, c.decode_token
+        # integer cost weights keep every used cost and charge integer-valued (exact sums)
+        self._integral_costs = float(self.wp).is_integer() and float(self.wd).is_integer() and self.wd > 0
         self.admission = AdmissionControl(contract, pool)
         self.wfq = VirtualTimeWFQ(credit=contract.engine.prefill_token_budget * max(self.wp, 1e-9))
         self.preemption = PreemptionPolicy(contract, profile)
@@ -71,6 +75,7 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
         self.recent_total = 0.0
         self.num_queued = 0
         self.step_ewma_s = profile.step_s([], 1024, 1)
+        self._chunk_step = profile.chunk_step_fn()
         self.first_service_s: float | None = None
         self.total_weight = 0.0
         self._now = 0.0
@@ -90,7 +95,8 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
     def tenant(self, name: str, now: float = 0.0) -> TenantState:
         t = self.tenants.get(name)
         if t is None:
-            t = self.tenants[name] = TenantState(name, self.contract.tenant(name), now, len(self.tenants))
+            t = self.tenants[name] = TenantState(name, self.contract.tenant(name), now, len(self.tenants),
+                                                   held=self.pool.held)
             self.admission.register(t)
             if t.spec.min_share > 0:
                 self.guaranteed.append(t)

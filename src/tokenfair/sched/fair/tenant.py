@@ -10,10 +10,12 @@ from ...request import Request
 
 class TenantState:
     __slots__ = ("name", "seq", "spec", "weight", "vtime", "num_waiting", "running", "bucket",
-                 "bucket_t", "recent", "recent_t", "queued_cost", "queues", "idle_since", "kv_peak", "slots_peak", "peak_t", "head_cost", "stamp", "active", "admitted", "admitted_t")
+                 "bucket_t", "recent", "recent_t", "queued_cost", "queues", "idle_since", "kv_peak", "slots_peak", "peak_t", "head_cost", "stamp", "active", "admitted", "admitted_t", "held")
 
-    def __init__(self, name: str, spec: TenantSpec, now: float, seq: int = 0) -> None:
+    def __init__(self, name: str, spec: TenantSpec, now: float, seq: int = 0, *,
+                 held: dict[str, int]) -> None:
         self.name = name
+        self.held = held            # the KV pool's tenant -> device blocks (BlockPool.held)
         self.seq = seq              # first-seen order: the last element of every tenant ordering key
         self.spec = spec
         self.weight = spec.weight
@@ -64,4 +66,5 @@ class TenantState:
                    if k not in classes or classes[k].priority >= priority)
 
     def kv_blocks(self) -> int:
-        return sum(r.blocks for r in self.running)
+        """Device KV blocks of its running requests: O(1), kept by the pool."""
+        return self.held.get(self.name, 0)
