@@ -84,8 +84,11 @@ def test_returning_tenant_neither_loses_place_nor_banks_credit():
     b_first = min(r.scheduled_s for r in res.requests if r.tenant == "b")
     first_free_slot = min(r.finish_s for r in res.requests if r.finish_s >= 30.0)
     assert b_first == pytest.approx(first_free_slot)   # it takes the first slot that frees up
-    next_two = sorted((r.scheduled_s, r.tenant) for r in res.requests if r.scheduled_s >= b_first)[:2]
-    assert [t for _, t in next_two] == ["b", "b"]      # and is ahead of the backlog: it lost no place
+    order = [t for _, t in sorted((r.scheduled_s, r.tenant) for r in res.requests if r.scheduled_s >= b_first)[:20]]
+    assert order[0] == "b"                       # and is ahead of the backlog: it lost no place
+    # b's 40 queued requests make it no lighter than a (its demand counts), so equal weights
+    # and equal costs then alternate: a lead of at most C, no burst on banked credit
+    assert order.count("b") == 10, order
     a_after = [r for r in res.requests if r.tenant == "a" and r.scheduled_s and 30 < r.scheduled_s < 60]
     assert a_after, "the backlogged tenant keeps being served too"
 
