@@ -245,7 +245,10 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
             # KV-aware: the whole prompt must fit now, so an admitted prefill is not evicted
             need = self.pool.blocks_for(req.prompt_tokens + 1)
         t = self.tenants[req.tenant]
-        if not self._within_share(t, need, 0):
+        if not self._within_share(t, need, 0) and not self.under_share(t, self._now):
+            # beyond its KV share, a tenant that is not owed service leaves the others'
+            # headroom free; one that is owed service (a prompt larger than its share,
+            # say) is not blocked by reservations, or it could wait for ever
             need += self._reserved(t, self.num_running)[0]
         return need
 
