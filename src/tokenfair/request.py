@@ -45,6 +45,7 @@ class Request:
         "scheduled_s", "first_token_s", "finish_s", "last_preempt_s", "enqueued_s",
         "consecutive_prefill", "blocks", "charged", "recomputed_tokens", "swapped_bytes",
         "ttft_slo_s", "tpot_slo_s", "payload", "qtoken", "used_cost", "predicted_wait_s",
+        "last_held_step",
     )
 
     def __init__(self, request_id: str, seq: int, tenant: str, klass: str, arrival_s: float,
@@ -88,6 +89,7 @@ class Request:
         self.predicted_wait_s: float | None = None
         self.used_cost = 0.0           # cost actually served (never counts recomputation)
         self.qtoken = 0                # bumped on every enqueue/dequeue; lazy heap entries carry it
+        self.last_held_step = -2       # the scheduler step in which its decode last gave way
 
     @property
     def num_tokens(self) -> int:

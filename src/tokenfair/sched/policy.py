@@ -7,6 +7,8 @@ admitted, *whom* to evict and *how*, and tell it what was served so it can charg
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..contract import Contract
 from ..costmodel import Profile
 from ..kv import BlockPool
@@ -36,6 +38,16 @@ class Budget:
 
     def take_prefill(self, n: int) -> None:
         self.prefill_left -= n
+
+
+@dataclass(slots=True)
+class DecodeHold:
+    """This step, ``num_to_hold`` decodes of ``tenants`` give way to prefill work: the first
+    ones in running order that were not held in the previous step.  The scheduler enforces
+    that no decode is held two steps in a row, so the held set rotates and a held stream
+    still gets a token at least every other step."""
+    tenants: frozenset[str]
+    num_to_hold: int
 
 
 class Policy:
@@ -88,6 +100,11 @@ class Policy:
         """This step's prefill token budget (the contract's, unless the policy shapes it).
         ``last_step``: the previous step's (decodes, their context sum, running prefills)."""
         return self.contract.engine.prefill_token_budget
+
+    def decode_hold(self) -> DecodeHold | None:
+        """Decodes that give way in the step being built (asked right after
+        :meth:`prefill_budget`); default None: every running decode runs."""
+        return None
 
     def defer_prefill(self, req: Request, now: float) -> bool:
         """Serve this running prefill's next chunk only after new admissions (default: no)."""

@@ -6,7 +6,8 @@ One call to :meth:`IterationScheduler.schedule` builds one engine step:
 2. running requests first, oldest first: a decode token each (decode budget), or the next
    prefill chunk (prefill budget, ``chunk_size``, at most ``max_consecutive_prefill_steps``
    in a row while others wait); a request whose KV cannot grow evicts a victim the policy
-   picks among the not-yet-scheduled running requests (or itself);
+   picks among the not-yet-scheduled running requests (or itself); decodes the policy
+   holds for this step (``Policy.decode_hold``) wait, never two steps in a row;
 3. waiting requests in the policy's order while slots, prefill budget and KV allow
    (swapped ones are swapped back in); a candidate that does not fit blocks the queue
    (``hol_blocking``) or only its tenant for this step;
@@ -46,6 +47,7 @@ class IterationScheduler:
         self.num_preemptions = 0
         self.num_recomputed_tokens = 0
         self.num_swapped_blocks = 0
+        self.num_steps = 0                      # schedule() calls (numbers held-decode runs)
         self.step_stats: tuple[int, int, list[Request]] = (0, 0, [])   # last step: decodes, ctx sum, prefills
         # after the last step: the only running requests that may not be decoding (None: unknown)
         self.maybe_prefilling: list[Request] | None = []
@@ -79,6 +81,7 @@ class IterationScheduler:
     # -- decide -------------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
         out = SchedulerOutput()
+        self.num_steps += 1
         eng = self.contract.engine
         policy = self.policy
         pool = self.pool
@@ -144,7 +147,11 @@ class IterationScheduler:
         shared = budget.shared
         ctx_sum = 0
         i = 0
-        if bulk:
+        hold = policy.decode_hold()
+        held = hold.tenants if hold is not None else None
+        step_no = self.num_steps
+        num_held = ctx_held = 0
+        if bulk and hold is None:             # a hold is decided request by request
             i, ctx_sum = bulk_decodes(running, pool, out, budget, bulk)
             kept.extend(running[:i])
         n_running = len(running)
@@ -154,6 +161,14 @@ class IterationScheduler:
             if req.num_output and req.prompt_tokens + req.num_output - req.num_computed == 1:
                 # decode fast path
                 left = budget.prefill_left if shared else budget.decode_left
+                if (held is not None and hold.num_to_hold > 0 and req.tenant in held
+                        and req.last_held_step != step_no - 1):   # never two steps in a row
+                    req.last_held_step = step_no
+                    hold.num_to_hold -= 1
+                    kept.append(req)
+                    num_held += 1                   # still part of the decode batch to plan for
+                    ctx_held += req.num_computed
+                    continue
                 if left <= 0:
                     kept.append(req)
                     continue
@@ -196,7 +211,7 @@ class IterationScheduler:
             req.consecutive_prefill += 1
             out.prefill.append((req, n))
         self.running = kept
-        self.step_stats = (len(decode), ctx_sum, prefilling)
+        self.step_stats = (len(decode) + num_held, ctx_sum + ctx_held, prefilling)
 
     def _make_room(self, req: Request, running: list[Request], i: int, out: SchedulerOutput,
                    now: float) -> bool:

@@ -151,6 +151,7 @@ def _segment(sched, engine, recorder, now: float, next_arrival: float,
         sched.ended = []
     recorder.record_run(tenants, classes, ends, durations, usage_after, len(sched.running))
     sched.step_stats = (n, ctx + (k - 1) * n, [])
+    sched.num_steps += k                  # as k schedule() calls would (numbers decode holds)
     sched.maybe_prefilling = []           # every running request decodes
     return t, k, finishing
 

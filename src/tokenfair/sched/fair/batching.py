@@ -5,12 +5,16 @@
 * a light tenant's prefill that can finish within one step's budget may take all of it;
   everything else is capped at ``chunk_size`` (a 20K prompt never holds a step);
 * a running prefill of a tenant that is not light waits behind light tenants' prefill work
-  and behind the admissions of tenants served clearly less (``defer_prefill``).
+  and behind the admissions of tenants served clearly less (``defer_prefill``);
+* while a light tenant's prefill runs and the shaping binds, that prefill keeps the whole
+  budget and the decodes of tenants that are not light give way instead
+  (``decode_hold``): as many as the TPOT target requires, never one twice in a row.
 """
 
 from __future__ import annotations
 
-from ...request import Request
+from ...request import Request, Status
+from ..policy import DecodeHold
 from .shares import LIGHT_FRACTION
 
 MIN_PREFILL_BUDGET = 128
@@ -23,17 +27,26 @@ class BatchingMixin:
     def prefill_budget(self, last_step: tuple[int, int, list[Request]], now: float) -> int:
         """The contract's prefill budget, shaped so the predicted step (with last step's decode
         batch) stays within ``TPOT_MARGIN`` x the tightest TPOT SLO of a running request:
-        bisection over multiples of 64, O(log budget) cost-model calls."""
+        bisection over multiples of 64, O(log budget) cost-model calls.  While a light
+        tenant's prefill runs, the prefill keeps the whole budget and the heavy tenants'
+        decodes give way instead (:meth:`decode_hold`)."""
         budget = self.contract.engine.prefill_token_budget
         self._now = now
+        self._hold = None
         n, ctx, prefilling = last_step
-        self._light_prefilling = any(self.under_share(self.tenants[r.tenant], now) for r in prefilling)
+        admitted, self._admitted_prefills = self._admitted_prefills, []
+        self._light_prefilling = any(self.is_light(self.tenants[r.tenant], now, r)
+                                     for group in (prefilling, admitted) for r in group
+                                     if r.status is Status.RUNNING and r.in_prefill)
         slo = self._min_tpot_slo
         if slo is None or n == 0:
             return budget
         target = TPOT_MARGIN * slo
         step = self._chunk_step                  # == profile.step_s([(c, 0)], ctx, n)
         if step(budget, ctx, n) <= target:
+            return budget
+        if self._light_prefilling:
+            self._hold = self._hold_heavy_decodes(budget, n, ctx, target, now)
             return budget
         lo, hi = MIN_PREFILL_BUDGET, budget      # the largest multiple of 64 that fits (bisection)
         while hi - lo > 64:
@@ -44,29 +57,50 @@ class BatchingMixin:
                 hi = mid
         return lo
 
+    def _hold_heavy_decodes(self, budget: int, n: int, ctx: int, target: float, now: float) -> DecodeHold:
+        """A light tenant's prefill (its TTFT) is what the TPOT shaping would otherwise cut.
+        Instead, the decodes of tenants that are not light give way: all but ``m`` of the
+        planned ``n`` decodes, the largest m with step(budget, m decodes of the mean
+        context) <= target (bisection, O(log n)), are held -- never one twice in a row,
+        so a held stream still decodes every other step.  O(active tenants) for the held set."""
+        step = self.profile.step_s
+        lo, hi = 0, n
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if step([(budget, 0)], ctx * mid // n, mid) <= target:
+                lo = mid
+            else:
+                hi = mid
+        heavy = frozenset(t.name for t in self.tenants.values()
+                          if t.running and not self.under_share(t, now))
+        return DecodeHold(heavy, n - lo)
+
+    def decode_hold(self) -> DecodeHold | None:
+        return self._hold
+
     def chunk_for(self, req: Request, now: float) -> int:
         """A light tenant's prefill that can finish within one step's budget may take it all
         (it cannot monopolise what it is entitled to); everything else is capped at
         ``chunk_size``, so a 20K prompt never holds a step."""
         eng = self.contract.engine
-        if self.under_share(self.tenants[req.tenant], now):
+        if self.is_light(self.tenants[req.tenant], now, req):
             return eng.prefill_token_budget
         return eng.chunk_size
 
     def defer_prefill(self, req: Request, now: float) -> bool:
         """A running prefill of a tenant that is not light waits behind the new admissions
-        and running prefills of light tenants (``under_share``), and behind the admissions
+        and running prefills of light tenants (``is_light``), and behind the admissions
         of a waiting tenant recently served clearly less than its own tenant: a heavy
         tenant's long prefill cannot hold a light tenant's request back.  The deferred
         chunk gets the budget left after admissions."""
         mine = self.tenants[req.tenant]
-        if self.under_share(mine, now):
+        if self.is_light(mine, now, req):
             return False
         if self._light_prefilling:
             return True
         if not self.num_queued:
             return False
-        other = self.wfq.pick({mine.name}, prefer=lambda x: self.under_share(x, now))
+        other = self.wfq.pick({mine.name}, prefer=lambda x: self.is_light(x, now))
         if other is None:
             return False
         tau = self.share_tau_s

@@ -8,11 +8,13 @@ everyone a starving queue.  ``pick`` order:
      share (S_i <= V + C / w_i), so no legal queue starves and no flood jumps the line;
   2. a tenant, then a class, below its guaranteed min share while backlogged (shares are
      exponentially decayed service, time constant ``share_tau_s``);
-  3. otherwise the tenant with the least normalised service (``wfq.py``), and its best
-     request (``ordering.py``).
+  3. otherwise the tenant with the least finish tag (``wfq.py``) -- preferring, among the
+     first few, light tenants (``shares.py``) by earliest first-token deadline -- and its
+     best request (``ordering.py``).
 Per step, the prefill budget is shaped so the predicted step time stays within 0.8x the
 tightest TPOT SLO among running decodes (never below ``MIN_PREFILL_BUDGET``): long prefills
-cannot stutter streams.
+cannot stutter streams; while a light tenant's prefill runs, heavy tenants' decodes give way
+instead (``batching.py``).
 Charging: predicted cost at first admission, corrected by actual consumption as tokens are
 produced, refunded at the end (``wfq.py``).  Recomputed tokens are never charged to the
 victim's tenant.  Configurable layers: ``order`` ("edf" or "fifo") via
@@ -35,6 +37,13 @@ from .wfq import VirtualTimeWFQ
 
 
 PEAK_TAU_S = 60.0
+
+
+def _ttft_deadline(r: Request) -> tuple[float, int]:
+    """Among light tenants (all within their share) the next admission is the head whose
+    first-token deadline comes first: a burst of light requests is served in arrival order
+    (for equal SLOs) rather than by finish tag, which minimises the worst TTFT among them."""
+    return (r.enqueued_s + (r.ttft_slo_s or 0.0), r.seq)
 
 
 class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
@@ -82,6 +91,8 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
         self.active_weight = 0.0
         self.num_running = 0
         self._light_prefilling = False
+        self._admitted_prefills: list[Request] = []
+        self._hold = None
         slos = [k.tpot_slo_s for k in contract.classes.values() if k.tpot_slo_s is not None]
         self._min_tpot_slo = min(slos) if slos else None
         self._level_t = float("-inf")
@@ -190,7 +201,8 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
             r = self._below_guarantee(now, blocked)
             if r is not None:
                 return r
-        t = self.wfq.pick(blocked, prefer=lambda x: self.under_share(x, now))
+        t = self.wfq.pick(blocked, prefer=lambda x: self.is_light(x, now),
+                          among=lambda x: _ttft_deadline(best_head(x.queues, now)))
         return best_head(t.queues, now) if t is not None else None
 
     def _below_guarantee(self, now: float, blocked: set[str]) -> Request | None:
@@ -216,7 +228,7 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
     def can_admit(self, req: Request, now: float, num_running: int) -> bool:
         t = self.tenants[req.tenant]
         chunk = self.contract.engine.chunk_size
-        if req.num_uncomputed > chunk and not self.under_share(t, now):
+        if req.num_uncomputed > chunk and not self.is_light(t, now):
             long_prefills = sum(1 for r in t.running if r.num_uncomputed > chunk)
             if long_prefills >= self.contract.engine.max_long_prefills_per_tenant:
                 return False
@@ -239,12 +251,17 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
             # KV-aware: the whole prompt must fit now, so an admitted prefill is not evicted
             need = self.pool.blocks_for(req.prompt_tokens + 1)
         t = self.tenants[req.tenant]
-        if not self._within_share(t, need, 0):
+        if not self._within_share(t, need, 0) and not self.under_share(t, self._now):
+            # beyond its KV share, a tenant that is not owed service leaves the others'
+            # headroom free; one that is owed service (a prompt larger than its share,
+            # say) is not blocked by reservations, or it could wait for ever
             need += self._reserved(t, self.num_running)[0]
         return need
 
     def on_admit(self, req: Request, now: float) -> None:
         t = self.tenants[req.tenant]
+        if req.in_prefill:
+            self._admitted_prefills.append(req)
         t.running.add(req)
         self.num_running += 1
         self._touch(t)

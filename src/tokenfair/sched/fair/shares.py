@@ -3,33 +3,50 @@
 * *recent service*: per tenant (and in total) the cost-weighted tokens served, decayed
   exponentially with time constant ``share_tau_s``; ``recent_total / tau`` is the engine's
   service rate;
-* *light* (``under_share``): a tenant recently served, per weight, clearly less than the most
-  served active tenant -- below the max-min water level, so what it asks for is within its
-  fair share and it gets latency priority;
+* *under share* (``under_share``): recently served, per weight, clearly less than the most
+  served active tenant -- it is owed service and exempt from the limits on heavy tenants;
+* *light* (``is_light``): a tenant whose recent service plus what it still asks for
+  (queued predicted cost, the remaining cost of the request at hand), per weight, is clearly
+  less than the most served active tenant's -- below the max-min water level, so what it
+  asks for is within its fair share and it gets latency priority (no warm-up needed: a
+  tenant that was not served yet but has a 20K-token prompt or a standing queue is not
+  light);
 * *headroom*: KV blocks and slots kept free for tenants within their weight share (the
   static headroom, or what those tenants used at their recent peak, whichever is larger).
 """
 
 from __future__ import annotations
 
+from ...request import Status
 from .tenant import TenantState
 
 LIGHT_FRACTION = 0.9
 LEVEL_REFRESH_S = 0.25
 PEAK_MARGIN = 1.25
-LIGHT_WARMUP_S = 5.0
 
 
 class SharesMixin:
     """Mixed into :class:`FairPolicy`; uses its tenants, pool, contract and counters."""
 
     def under_share(self, t: TenantState, now: float) -> bool:
-        """A *light* tenant: recently served (decayed, normalised by weight) clearly less than
-        the most served active tenant, i.e. below the max-min water level: its demand is met
-        or it is owed, so it gets latency priority over the heaviest ones."""
-        if self.first_service_s is None or now - self.first_service_s < LIGHT_WARMUP_S:
-            return False                  # too little history to tell light from heavy
-        return t.decayed_recent(now, self.share_tau_s) / t.weight < LIGHT_FRACTION * self._level(now)
+        """``t`` was recently served, per weight, clearly less than the most served active
+        tenant (below the max-min water level): it is owed service, so the limits meant for
+        heavy tenants (one long prefill at a time, decodes giving way) do not apply.  O(1)."""
+        level = self._level(now)
+        return level > 0.0 and t.decayed_recent(now, self.share_tau_s) / t.weight < LIGHT_FRACTION * level
+
+    def is_light(self, t: TenantState, now: float, req=None) -> bool:
+        """A *light* tenant: even counting what it has asked for and not yet received (its
+        queued predicted cost, plus what ``req``, one of its running requests, still needs),
+        it stays under its share (:meth:`under_share`): what it asks for is within its fair
+        share, so it gets latency priority.  A tenant with a 20K-token prompt or a standing
+        queue is not light merely because it has not been served yet.  O(classes)."""
+        if not self.under_share(t, now):
+            return False
+        pending = sum(t.queued_cost.values())
+        if req is not None and req.status is Status.RUNNING:
+            pending += max(0.0, req.charged - req.used_cost)
+        return (t.recent + pending) / t.weight < LIGHT_FRACTION * self._level_v
 
     def _level(self, now: float) -> float:
         """Max normalised recent service over active tenants; O(T), refreshed every 0.25 s."""

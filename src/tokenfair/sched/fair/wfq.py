@@ -90,22 +90,28 @@ class VirtualTimeWFQ:
         if t.num_waiting:
             self._push(t)
 
-    def pick(self, blocked: set[str], prefer=None, look: int = 4) -> TenantState | None:
+    def pick(self, blocked: set[str], prefer=None, look: int = 4, among=None) -> TenantState | None:
         """Least finish tag among backlogged tenants not in ``blocked``; with ``prefer``, the
-        first of the ``look`` least that satisfies it, if any (O(look log T))."""
+        first of the ``look`` least that satisfies it, if any -- or, with ``among`` (a key),
+        the one of those preferred tenants with the least ``among(t)`` (O(look log T))."""
         if prefer is None:
             return self._pick(blocked)
         first = self._pick(blocked)
-        if first is None or prefer(first):
+        if first is None or (among is None and prefer(first)):
             return first
+        liked = [first] if prefer(first) else []
         seen = {first.name}
         for _ in range(look - 1):
             t = self._pick(blocked | seen)
             if t is None:
                 break
             if prefer(t):
-                return t
+                if among is None:
+                    return t
+                liked.append(t)
             seen.add(t.name)
+        if liked:
+            return min(liked, key=among) if among is not None else liked[0]
         return first
 
     def _pick(self, blocked: set[str]) -> TenantState | None:
