@@ -1,0 +1,129 @@
+"""The mechanics' waiting side: admitting waiting requests and evicting running ones.
+
+Mixed into :class:`~tokenfair.sched.scheduler.IterationScheduler` (it uses its policy, pool,
+contract, running list and counters); split out so each file keeps one job.
+
+* ``_admit``: waiting requests in the policy's order while slots, prefill budget and KV allow
+  (swapped ones are swapped back in); a candidate that does not fit blocks the queue
+  (``hol_blocking``) or only its tenant for this step; the policy may name an urgent victim;
+* ``_top_up_prefills``: prefill budget nobody else could use extends this step's chunks;
+* ``_make_room`` / ``_preempt``: evict the policy's victim (swap or recompute, by its choice
+  and the host space) and put it back in the waiting queue.
+"""
+
+from __future__ import annotations
+
+from ..request import Request, Status
+from .interface import SchedulerOutput
+from .policy import Budget
+
+
+class AdmitMixin:
+    def _top_up_prefills(self, out: SchedulerOutput, budget: Budget) -> None:
+        """Work-conserving: prefill budget nobody else could use extends this step's chunks
+        (in schedule order) up to each request's remaining prompt."""
+        pool = self.pool
+        for idx, (req, n) in enumerate(out.prefill):
+            if budget.prefill_left <= 0:
+                return
+            extra = min(req.num_uncomputed - n, budget.prefill_left)
+            if extra > 0 and pool.can_grow(req, n + extra):
+                pool.grow(req, n + extra)
+                budget.take_prefill(extra)
+                out.prefill[idx] = (req, n + extra)
+
+    def _make_room(self, req: Request, running: list[Request], i: int, out: SchedulerOutput,
+                   now: float) -> bool:
+        """Evict the policy's victim among the not-yet-scheduled running requests (or ``req``
+        itself) so ``req`` can grow; False when ``req`` was the one evicted."""
+        victim = self.policy.victim_for_kv(running[i:], req, now)
+        if victim is None:
+            victim = req
+        self._preempt(victim, out, now)
+        if victim is req:
+            return False
+        running.remove(victim)
+        return True
+
+    def _admit(self, out: SchedulerOutput, budget: Budget, max_chunk: int, now: float) -> None:
+        policy, pool, running = self.policy, self.pool, self.running
+        max_running = self.contract.engine.max_running
+        blocked: set[str] = set()
+        while budget.prefill_left > 0:
+            cand = policy.pick(now, blocked)
+            if cand is None:
+                return
+            if cand.last_preempt_s == now:
+                # evicted in this very step: it may not come back before the step runs
+                if policy.hol_blocking:
+                    return
+                blocked.add(cand.tenant)
+                continue
+            fits_slot = len(running) < max_running
+            swapped = cand.status is Status.SWAPPED
+            n = 0 if swapped else min(cand.num_uncomputed, budget.prefill_left, policy.chunk_for(cand, now))
+            if swapped:
+                fits_kv = pool.can_swap_in(cand)
+            else:
+                fits_kv = policy.kv_blocks_to_admit(cand, n) <= pool.num_free
+            if not (fits_slot and fits_kv and policy.can_admit(cand, now, len(running))):
+                victim = policy.urgent_victim(cand, running, now) if not out.preempted else None
+                if victim is not None:
+                    running.remove(victim)
+                    self._preempt(victim, out, now)
+                    continue
+                if policy.hol_blocking or not fits_slot:
+                    return
+                blocked.add(cand.tenant)
+                continue
+            policy.take(cand)
+            cand.status = Status.RUNNING
+            running.append(cand)
+            if cand.scheduled_s is None:
+                cand.scheduled_s = now
+            policy.on_admit(cand, now)
+            if swapped:
+                pool.swap_in(cand)
+                out.swapped_in.append(cand)
+                if cand.in_prefill:           # swapped out mid-prefill: resume its prompt
+                    n = min(cand.num_uncomputed, budget.prefill_left, policy.chunk_for(cand, now))
+                    if n > 0 and pool.can_grow(cand, n):
+                        pool.grow(cand, n)
+                        budget.take_prefill(n)
+                        out.prefill.append((cand, n))
+                    continue
+                if not budget.can_decode() or not pool.can_grow(cand, 1):
+                    continue
+                pool.grow(cand, 1)
+                budget.take_decode()
+                out.decode.append(cand)
+                continue
+            pool.grow(cand, n)
+            budget.take_prefill(n)
+            cand.consecutive_prefill = 1
+            out.prefill.append((cand, n))
+
+    def _preempt(self, req: Request, out: SchedulerOutput, now: float) -> None:
+        mode = self.policy.preempt_mode(req)
+        if mode == "swap" and not self.pool.can_swap_out(req):
+            mode = "recompute"
+        self.num_preemptions += 1
+        req.num_preemptions += 1
+        req.last_preempt_s = now
+        req.consecutive_prefill = 0
+        if mode == "swap":
+            self.num_swapped_blocks += self.pool.swap_out(req)
+            req.swapped_bytes += int(req.num_computed * self.profile.kv_bytes_per_token)
+            req.status = Status.SWAPPED
+        else:
+            self.pool.release(req)
+            req.recomputed_tokens += req.num_computed
+            self.num_recomputed_tokens += req.num_computed
+            req.num_computed = 0
+            req.status = Status.WAITING
+        out.preempted.append((req, mode))
+        if any(r is req for r, _ in out.prefill):
+            out.prefill = [(r, n) for r, n in out.prefill if r is not req]
+        if req in out.decode:
+            out.decode.remove(req)
+        self.policy.enqueue(req, now)
