@@ -33,6 +33,7 @@ from .shares import SharesMixin
 from .ordering import LazyHeap, best_head, order_key
 from .preemption import PreemptionPolicy
 from .tenant import TenantState
+from .urgency import UrgencyMixin
 from .wfq import VirtualTimeWFQ
 
 
@@ -46,7 +47,7 @@ def _ttft_deadline(r: Request) -> tuple[float, int]:
     return (r.enqueued_s + (r.ttft_slo_s or 0.0), r.seq)
 
 
-class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
+class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, UrgencyMixin, Policy):
     name = "fair"
     shared_budget = False
     hol_blocking = False
@@ -223,7 +224,6 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
                     best, best_gap = e[-1], gap
         return best
 
-    # -- batching ------------------------------------------------------------------------
     # -- admission -----------------------------------------------------------------------
     def can_admit(self, req: Request, now: float, num_running: int) -> bool:
         t = self.tenants[req.tenant]
@@ -277,68 +277,3 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, Policy):
 
     def next_wakeup(self, now: float) -> float:
         return self.admission.wakeup(self.rate_limited, now)
-
-    # -- accounting ----------------------------------------------------------------------
-    # -- deadlines -------------------------------------------------------------------------
-    def estimate_service_s(self, req: Request) -> float:
-        prefill = self.profile.step_s([(req.num_uncomputed, 0)], 0, 0) if req.num_uncomputed > 1 else 0.0
-        return prefill + req.predicted_remaining * self.step_ewma_s
-
-    def expire(self, now: float) -> list[tuple[Request, str]]:
-        out = []
-        while True:
-            e = self.deadlines.top()
-            if e is None or e[0] >= now:
-                return out
-            self.deadlines.pop()
-            req = e[-1]
-            left = req.deadline_s - now
-            out.append((req, f"deadline_infeasible: needs ~{self.estimate_service_s(req):.2f}s, "
-                             f"{max(0.0, left):.2f}s left before the deadline"))
-            self.take(req)
-
-    # -- preemption ------------------------------------------------------------------------
-    def victim_for_kv(self, candidates: list[Request], needing: Request, now: float) -> Request | None:
-        victim = self.preemption.choose(candidates, now, self.overshare)
-        if victim is None:
-            return None
-        p = self.preemption
-        if p.key(victim, now, self.overshare(victim)) > p.key(needing, now, self.overshare(needing)):
-            return needing
-        return victim
-
-    def preempt_mode(self, req: Request) -> str:
-        return self.preemption.mode(req)
-
-    def urgent_victim(self, cand: Request, running: list[Request], now: float) -> Request | None:
-        p = self.preemption
-        if not running or not p.cooled_down(now):
-            return None
-        overdue = cand.max_wait_s is not None and now - cand.enqueued_s >= cand.max_wait_s
-        t = self.tenants[cand.tenant]
-        # a guaranteed tenant below its share takes capacity back by eviction only when the
-        # contract says so (borrowing.reclaim: preempt); otherwise by no longer admitting others
-        evict_for_owner = self.contract.borrowing.reclaim == "preempt"
-        below = (evict_for_owner and t.spec.min_share > 0 and self.recent_total > 0
-                 and t.decayed_recent(now, self.share_tau_s) / self.recent_total < t.spec.min_share)
-        reclaim = evict_for_owner and len(t.running) < self.admission.reserved_slots(t)
-        if not (overdue or below or reclaim):
-            return None
-        cand_prio = cand.priority + cand.aging_rate * (now - cand.enqueued_s)
-        if reclaim and not (overdue or below):
-            # an owner takes back its lent reservation: only borrowers (tenants running more
-            # than their own reservation) can be evicted for it
-            pool = [r for r in running if r.tenant != cand.tenant
-                    and len(self.tenants[r.tenant].running) > self.admission.reserved_slots(self.tenants[r.tenant])]
-        else:
-            pool = [r for r in running if r.tenant != cand.tenant
-                    and (r.priority + r.aging_rate * (now - r.enqueued_s) < cand_prio
-                         or self.overshare(r) > self.overshare(cand))]
-        victim = p.choose(pool, now, self.overshare)
-        if victim is None:
-            return None
-        natural_wait = self.step_ewma_s * min(r.predicted_remaining for r in running)
-        if not p.worth_it(victim, natural_wait):
-            return None
-        p.last_urgent_s = now
-        return victim
