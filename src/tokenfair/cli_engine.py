@@ -126,6 +126,9 @@ def fidelity(workload: str = typer.Argument(..., help="built-in scenario, public
              kv_tokens: Optional[int] = typer.Option(None, help="KV capacity in tokens (default: the profile's)"),
              dtype: str = typer.Option("float32", help=DTYPE_HELP),
              seed: int = typer.Option(0, help="seed for built-in scenarios and synthetic prompts"),
+             calibrate_first: bool = typer.Option(False, "--calibrate",
+                                                  help="fit the profile right before the run, in the same process "
+                                                       "(same machine load); replaces --profile"),
              json_out: bool = typer.Option(False, "--json", help="print the result as JSON")) -> None:
     """Run a workload on the real engine and in the simulator; report per-request TTFT / e2e
     error and per-tenant share error."""
@@ -144,11 +147,18 @@ def fidelity(workload: str = typer.Argument(..., help="built-in scenario, public
         num_blocks = None if kv_tokens is None else max(1, kv_tokens // bs)
     except USER_ERRORS as err:
         fail(_message(err))
-    if prof is None:
-        _echo_err("warning: no --profile; the simulator uses the rough built-in CPU profile (run `calibrate`)")
+    if prof is None and not calibrate_first:
+        _echo_err("warning: no --profile; the simulator uses the rough built-in CPU profile (run `calibrate` "
+                  "or pass --calibrate)")
     from .engine.fidelity import fidelity as run_fidelity, fidelity_table
+    cal_kwargs: dict = {"progress": _echo_err}
+    if prof is not None:
+        cal_kwargs.update(block_size=prof.block_size, num_blocks=prof.num_blocks)
+    if num_blocks is not None:
+        cal_kwargs["num_blocks"] = num_blocks
     res = run_fidelity(wl, policy, c, loaded, prof, out_dir=out, max_requests=max_requests, time_scale=time_scale,
-                       num_threads=threads, num_blocks=num_blocks, seed=seed, dtype=dt)
+                       num_threads=threads, num_blocks=num_blocks, seed=seed, dtype=dt,
+                       calibrate_first=calibrate_first, calibrate_kwargs=cal_kwargs)
     res.pop("_real", None)
     if json_out:
         typer.echo(json.dumps({k: v for k, v in res.items() if k != "requests"}, indent=2))

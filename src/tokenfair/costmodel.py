@@ -13,7 +13,11 @@ new tokens over ``k`` cached ones) and decode sequences with contexts ``k_i``::
 Linear form (``kind: linear``, e.g. the VTC artifact's A10G fit)::
 
     step_s = prefill_batch_s [if any prefill] + prefill_token_s * sum c_j
+           + prefill_attn_s * sum c_j (k_j + c_j / 2)
            + decode_base_s [if any decode] + decode_seq_s * n_decode + decode_ctx_s * sum k_i
+
+``prefill_attn_s`` prices a prefill chunk's attention over its cached context (and itself);
+it defaults to 0, which leaves every other linear profile's step times exactly as they were.
 
 Swapping a request's KV moves ``kv_bytes_per_token * tokens`` at ``swap_bandwidth`` in each
 direction.  KV capacity (``kv_capacity_tokens``) and block size define the paged pool.
@@ -55,6 +59,7 @@ class Profile(BaseModel):
     # linear form
     prefill_batch_s: float = Field(default=0.0, ge=0)
     prefill_token_s: float = Field(default=0.0, ge=0)
+    prefill_attn_s: float = Field(default=0.0, ge=0)   # per sum c_j (k_j + c_j / 2)
     decode_base_s: float = Field(default=0.0, ge=0)
     decode_seq_s: float = Field(default=0.0, ge=0)
     decode_ctx_s: float = Field(default=0.0, ge=0)
@@ -83,6 +88,8 @@ class Profile(BaseModel):
             t = 0.0
             if prefill:
                 t += self.prefill_batch_s + self.prefill_token_s * n_prefill
+                if self.prefill_attn_s:
+                    t += self.prefill_attn_s * attn
             if num_decode:
                 t += self.decode_base_s + self.decode_seq_s * num_decode + self.decode_ctx_s * decode_contexts_sum
             return t + self.overhead_s

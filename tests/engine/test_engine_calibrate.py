@@ -19,8 +19,8 @@ from tokenfair.workload import TraceRow, Workload
 
 
 def test_fit_recovers_exact_linear_coefficients():
-    true = dict(prefill_batch_s=0.01, prefill_token_s=2e-4, decode_base_s=0.02, decode_seq_s=1e-3,
-                decode_ctx_s=3e-6, overhead_s=0.004)
+    true = dict(prefill_batch_s=0.01, prefill_token_s=2e-4, prefill_attn_s=4e-8, decode_base_s=0.02,
+                decode_seq_s=1e-3, decode_ctx_s=3e-6, overhead_s=0.004)
     prof = Profile(name="t", kind="linear", **true)
     shapes = default_grid(block_size=16)
     samples = [Sample(s, s.predict(prof)) for s in shapes]
@@ -28,6 +28,49 @@ def test_fit_recovers_exact_linear_coefficients():
     for k in COEFFS:
         assert coef[k] == pytest.approx(true[k], rel=1e-6, abs=1e-12), k
     assert np.allclose(pred, [s.seconds for s in samples])
+
+
+def test_fit_recovers_the_cached_context_term_from_noisy_step_times():
+    # a chunk's attention over its cached context, priced by prefill_attn_s, is told apart from
+    # the per-token cost when the grid varies the cached context; 3% multiplicative noise
+    true = dict(prefill_batch_s=0.012, prefill_token_s=9e-4, prefill_attn_s=2.5e-7, decode_base_s=0.0,
+                decode_seq_s=1.4e-3, decode_ctx_s=1e-5, overhead_s=0.04)
+    prof = Profile(name="t", kind="linear", **true)
+    rng = np.random.default_rng(1)
+    samples = [Sample(s, s.predict(prof) * (1 + rng.normal(0, 0.03))) for s in default_grid(block_size=16)]
+    coef, _ = fit_linear(samples)
+    assert coef["prefill_attn_s"] == pytest.approx(true["prefill_attn_s"], rel=0.2)
+    assert coef["prefill_token_s"] == pytest.approx(true["prefill_token_s"], rel=0.05)
+    # the fitted profile prices 512 new tokens over 512 cached ones above 512 over none
+    fitted = Profile(name="f", kind="linear", **coef)
+    assert fitted.step_s([(512, 512)], 0, 0) - fitted.step_s([(512, 0)], 0, 0) == pytest.approx(
+        true["prefill_attn_s"] * 512 * 512, rel=0.2)
+    # without the cached-context cost in the data, the term stays (near) zero
+    flat = Profile(name="g", kind="linear", **{**true, "prefill_attn_s": 0.0})
+    coef0, _ = fit_linear([Sample(s, s.predict(flat)) for s in default_grid(block_size=16)])
+    assert coef0["prefill_attn_s"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_prefill_attn_term_prices_cached_context_and_defaults_to_nothing():
+    base = dict(kind="linear", prefill_batch_s=0.01, prefill_token_s=1e-3, decode_base_s=0.02,
+                decode_seq_s=1e-3, decode_ctx_s=1e-6, overhead_s=0.003)
+    old, new = Profile(name="a", **base), Profile(name="b", **base, prefill_attn_s=5e-8)
+    for shape in ([(512, 512)], 100, 3), ([(16, 0), (64, 256)], 0, 0), ([], 4096, 32):
+        attn = sum(c * (k + c / 2) for c, k in shape[0])
+        assert new.step_s(*shape) == pytest.approx(old.step_s(*shape) + 5e-8 * attn, rel=1e-12)
+    assert Profile(name="c").prefill_attn_s == 0.0
+
+
+def test_builtin_profiles_step_times_unchanged():
+    # golden values from before prefill_attn_s existed: the simulator's acceptance numbers
+    # depend on these profiles, so their step times must stay bit-identical
+    shapes = [([], 0, 0), ([(512, 0)], 0, 0), ([(512, 512)], 4096, 8), ([(16, 0), (128, 2048)], 100000, 200)]
+    golden = {"llama3-8b-a100": [0.014471428571428573, 0.038588215729230775, 0.03986864877822485,
+                                 0.02868395368015779],
+              "vtc-a10g-llama2-7b": [0.0, 0.145056, 0.171508, 0.331972]}
+    for name, values in golden.items():
+        prof = load_profile(name)
+        assert [prof.step_s(*s) for s in shapes] == values, name
 
 
 def test_fit_never_returns_negative_coefficients():
@@ -93,6 +136,22 @@ def test_fidelity_matches_requests_and_reports_errors(tiny_llama, quick_cal, tmp
     for sub in ("real", "sim"):
         assert len((tmp_path / sub / "requests.jsonl").read_text().splitlines()) == 10
     assert json.loads((tmp_path / "fidelity.json").read_text())["matched_finished"] == 10
+
+
+def test_fidelity_can_calibrate_right_before_the_run(tiny_llama, tmp_path):
+    contract = Contract(engine=EngineBudgets(prefill_token_budget=32, decode_token_budget=16, chunk_size=16,
+                                             max_running=8))
+    res = fidelity(_small_workload(6), "fair", contract, str(tiny_llama[0]), None, out_dir=tmp_path,
+                   num_threads=1, num_blocks=64, calibrate_first=True,
+                   calibrate_kwargs=dict(quick=True, block_size=4, num_blocks=128, repeats=1))
+    cal = res["calibration"]
+    assert cal["shapes"] == len(default_grid(quick=True, block_size=4)) and cal["seconds"] > 0
+    assert set(cal["coefficients"]) == set(COEFFS)
+    prof = load_profile(str(tmp_path / "profile.yaml"))
+    assert {k: getattr(prof, k) for k in COEFFS} == cal["coefficients"]
+    assert res["profile"] == prof.name and res["matched_finished"] == 6
+    assert res["_real"].profile.num_blocks == 64  # the run's own KV geometry, not the calibration's
+    assert "calibrated just before the run" in fidelity_table(res)
 
 
 def test_compare_is_exact_on_identical_runs():

@@ -7,6 +7,10 @@ cache, stored in the blocks ``block_tables[s, :ceil(context_lens[s]/block_size)]
 Its queries are the LAST ``query_len`` tokens of that context, so query row ``i`` of
 sequence ``s`` sits at position ``context_lens[s] - query_len + i`` and may attend to
 cache positions ``<= `` its own (causal inside a prefill chunk, full over the past).
+
+Decode groups may carry a ``DecodeStage``: contiguous copies of the group's K/V kept across
+steps, so a steady decode batch appends one token per sequence and layer instead of
+gathering every cached block in every layer (the gather was about half of attention's time).
 """
 
 from __future__ import annotations
@@ -17,13 +21,68 @@ import torch
 import torch.nn.functional as F
 
 
+class DecodeStage:
+    """Contiguous K/V of one decode group: per layer ``[2, S, kv_heads, capacity, head_dim]``
+    (head-major, so each attention head reads one contiguous run of keys).
+
+    Row ``i`` holds the first ``lens[i]`` tokens of ``seq_ids[i]`` (copies of the pool's
+    blocks, bit for bit).  It stays valid while the same sequences, in the same order, each
+    gain exactly one token per step within ``capacity``; the runner rebuilds it otherwise and
+    drops it when any sequence is freed, recomputed or swapped.  A refill copies whole blocks
+    and zeroes the rest of each row: slots past a row's length are masked out, but must be
+    finite (0 * a stale NaN or inf would not be 0).
+    """
+
+    def __init__(self, seq_ids: tuple[str, ...], pool: torch.Tensor, capacity: int) -> None:
+        num_layers, _, _, _, num_kv_heads, head_dim = pool.shape
+        self.seq_ids = seq_ids
+        # one buffer per layer, each filled by that layer's refill: layer-sized blocks that
+        # the allocator reuses from stages dropped before (one big fresh buffer page-faults)
+        self.buf = [torch.empty(2, len(seq_ids), num_kv_heads, capacity, head_dim, dtype=pool.dtype,
+                                device=pool.device) for _ in range(num_layers)]
+        self.lens: torch.Tensor | None = None  # tokens held per row after the last step (CPU)
+
+    @property
+    def capacity(self) -> int:
+        return self.buf[0].shape[3]
+
+    def append_slots(self, context_lens: torch.Tensor) -> torch.Tensor:
+        """Flat slots ``[S * kv_heads]`` of each row's newest token (position ``len - 1``)
+        in one layer's K (or V) buffer viewed as ``[S * kv_heads * capacity, head_dim]``."""
+        num_seqs, num_kv_heads = self.buf[0].shape[1], self.buf[0].shape[2]
+        heads = torch.arange(num_seqs)[:, None] * num_kv_heads + torch.arange(num_kv_heads)[None, :]
+        return (heads * self.capacity + (context_lens - 1)[:, None]).reshape(-1)
+
+    def can_append(self, context_lens: torch.Tensor) -> bool:
+        """Whether a step bringing every row to ``context_lens`` only appends one token each."""
+        return (self.lens is not None and int(context_lens.max()) <= self.capacity
+                and torch.equal(self.lens + 1, context_lens))
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """How a decode group uses its stage this step: ``refill`` copies the group's blocks in
+    (after this step's K/V were written to them); otherwise each row's new K/V is copied to
+    ``append_slots`` (``DecodeStage.append_slots``).  Keys are attended exactly as on the
+    gather path, so results are bit-identical."""
+
+    stage: DecodeStage
+    refill: bool
+    append_slots: torch.Tensor  # [S * kv_heads] long
+
+    def to(self, device: torch.device) -> "StagePlan":
+        return StagePlan(self.stage, self.refill, self.append_slots.to(device))
+
+
 @dataclass(frozen=True)
 class AttentionGroup:
     """Index tensors for a padded sub-batch of sequences (built once per step).
 
     ``token_index[s, i]`` is the flattened row of query ``i`` of sequence ``s`` (padding
-    rows point at row 0 and are masked out via ``query_valid``); ``mask`` is
-    ``[num_seqs, 1, max_query_len, max_context_len]`` with True where attention is allowed.
+    rows point at row 0 and are masked out via ``query_valid``); ``mask`` is the additive
+    ``[num_seqs, 1, max_query_len, max_context_len]`` float mask, 0 where attention is
+    allowed and -inf elsewhere (SDPA would convert a boolean mask in every layer); keys are
+    attended up to the group's longest context, not to its last block's end.
     ``valid_rows`` = ``token_index[query_valid]``.  ``dense_start >= 0`` says the group's
     queries are exactly rows ``dense_start .. dense_start + S*Q`` in order (no padding; e.g.
     a decode-only group), so they are sliced instead of gathered and scattered.
@@ -32,13 +91,15 @@ class AttentionGroup:
     token_index: torch.Tensor  # [S, Q] long
     query_valid: torch.Tensor  # [S, Q] bool
     block_tables: torch.Tensor  # [S, max_blocks] long
-    mask: torch.Tensor  # [S, 1, Q, max_blocks * block_size] bool
+    mask: torch.Tensor  # [S, 1, Q, max context] float: 0 or -inf
     valid_rows: torch.Tensor  # [num valid queries] long
     dense_start: int = -1
+    stage: StagePlan | None = None  # decode groups only
 
     def to(self, device: torch.device) -> "AttentionGroup":
         tensors = (self.token_index, self.query_valid, self.block_tables, self.mask, self.valid_rows)
-        return AttentionGroup(*(t.to(device) for t in tensors), self.dense_start)
+        stage = None if self.stage is None else self.stage.to(device)
+        return AttentionGroup(*(t.to(device) for t in tensors), self.dense_start, stage)
 
 
 @dataclass(frozen=True)
@@ -65,7 +126,7 @@ def build_attention_group(
 ) -> AttentionGroup:
     """Vectorised construction of the padded index tensors for one group of sequences."""
     max_query_len = int(query_lens.max())
-    max_context = block_tables.shape[1] * block_size
+    max_context = int(context_lens.max())
     offsets = torch.arange(max_query_len)
     query_valid = offsets[None, :] < query_lens[:, None]
     token_index = torch.where(query_valid, query_starts[:, None] + offsets[None, :], 0)
@@ -84,41 +145,68 @@ def build_attention_group(
         token_index=token_index,
         query_valid=query_valid,
         block_tables=block_tables,
-        mask=mask[:, None, :, :],
+        mask=torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))[:, None, :, :],
         valid_rows=valid_rows,
         dense_start=dense_start,
     )
 
 
-def write_kv(
-    kv_layer: torch.Tensor, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor
-) -> None:
-    """Scatter this step's K/V ``[T, kv_heads, head_dim]`` into ``kv_layer`` [2, blocks, bs, kvh, d]."""
+def write_kv(kv_layer: torch.Tensor, new_kv: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """Scatter this step's K/V ``new_kv`` ``[2, T, kv_heads, head_dim]`` into ``kv_layer``
+    ``[2, blocks, block_size, kv_heads, head_dim]`` (one copy for both)."""
     num_kv_heads, head_dim = kv_layer.shape[-2], kv_layer.shape[-1]
-    kv_layer[0].view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, key.to(kv_layer.dtype))
-    kv_layer[1].view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, value.to(kv_layer.dtype))
+    kv_layer.view(2, -1, num_kv_heads, head_dim).index_copy_(1, slot_mapping, new_kv.to(kv_layer.dtype))
+
+
+def _group_kv(group: AttentionGroup, new_kv: torch.Tensor, kv_layer: torch.Tensor,
+              layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The group's keys and values, ``[S, kv_heads, max context, head_dim]`` each (``new_kv``:
+    this step's, ``[2, T, kv_heads, head_dim]``, already in ``kv_layer``)."""
+    num_seqs, max_blocks = group.block_tables.shape
+    _, _, block_size, num_kv_heads, head_dim = kv_layer.shape
+    length, num_keys = max_blocks * block_size, group.mask.shape[-1]
+    plan = group.stage
+    if plan is None:
+        blocks = group.block_tables.reshape(-1)
+        return tuple(kv_layer[kv].index_select(0, blocks).view(num_seqs, length, num_kv_heads, head_dim)
+                     [:, :num_keys].transpose(1, 2) for kv in (0, 1))
+    buf = plan.stage.buf[layer]  # [2, S, kv_heads, capacity, head_dim]
+    if plan.refill:
+        blocked = buf.view(2, num_seqs, num_kv_heads, -1, block_size, head_dim)[:, :, :, :max_blocks]
+        blocked.copy_(kv_layer[:, group.block_tables].permute(0, 1, 4, 2, 3, 5))
+        buf[:, :, :, length:].zero_()
+    else:  # a decode group's rows are dense: rows dense_start .. dense_start + S
+        new = new_kv[:, group.dense_start:group.dense_start + num_seqs].reshape(2, -1, head_dim)
+        buf.view(2, -1, head_dim).index_copy_(1, plan.append_slots, new.to(buf.dtype))
+    return buf[0, :, :, :num_keys], buf[1, :, :, :num_keys]
 
 
 def paged_attention(
     query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
     kv_layer: torch.Tensor,
     metadata: AttentionMetadata,
     scale: float,
+    layer: int = 0,
 ) -> torch.Tensor:
-    """Attention of flattened queries ``[T, num_heads, head_dim]`` over the paged cache.
+    """Write this step's K/V, then attend: flattened queries ``[T, num_heads, head_dim]``
+    over the paged cache.
 
-    ``kv_layer`` is one layer of the pool, ``[2, num_blocks, block_size, kv_heads, head_dim]``,
-    already containing this step's K/V. Returns ``[T, num_heads, head_dim]``.
-    Implementation: gather each sequence's blocks, then one SDPA call per group.
+    ``key``/``value`` ``[T, kv_heads, head_dim]`` go to ``metadata.slot_mapping`` of
+    ``kv_layer``, layer ``layer`` of the pool, ``[2, num_blocks, block_size, kv_heads,
+    head_dim]`` (and to decode stages). Returns ``[T, num_heads, head_dim]``.
+    Implementation: each group's keys and values (its gathered blocks, or its decode stage),
+    then one SDPA call per group.
     """
+    new_kv = torch.stack((key, value))
+    write_kv(kv_layer, new_kv, metadata.slot_mapping)
     num_tokens, num_heads, head_dim = query.shape
     num_kv_heads = kv_layer.shape[-2]
     out = None
     for group in metadata.groups:
-        num_seqs, max_blocks = group.block_tables.shape
-        blocks = group.block_tables.reshape(-1)
-        keys = kv_layer[0].index_select(0, blocks).view(num_seqs, -1, num_kv_heads, head_dim)
-        values = kv_layer[1].index_select(0, blocks).view(num_seqs, -1, num_kv_heads, head_dim)
+        num_seqs = group.block_tables.shape[0]
+        keys, values = _group_kv(group, new_kv, kv_layer, layer)
         start = group.dense_start
         num_queries = group.token_index.shape[1]
         if start >= 0:
@@ -127,9 +215,9 @@ def paged_attention(
             q = query[group.token_index]  # [S, Q, H, D]
         attended = F.scaled_dot_product_attention(
             q.transpose(1, 2).to(keys.dtype),
-            keys.transpose(1, 2),
-            values.transpose(1, 2),
-            attn_mask=group.mask,
+            keys,
+            values,
+            attn_mask=group.mask if group.mask.dtype == keys.dtype else group.mask.to(keys.dtype),
             scale=scale,
             enable_gqa=num_heads != num_kv_heads,
         ).transpose(1, 2)  # [S, Q, H, D]

@@ -5,7 +5,7 @@ tokens over ``k`` cached ones, decode batches of ``b`` sequences at contexts ``c
 mixed steps (needed to tell the per-step constants apart) -- then fit, by non-negative
 least squares on RELATIVE error (numpy only)::
 
-    step_s = prefill_batch_s [if prefill] + prefill_token_s * sum c
+    step_s = prefill_batch_s [if prefill] + prefill_token_s * sum c + prefill_attn_s * sum c (k + c/2)
            + decode_base_s [if decode] + decode_seq_s * b + decode_ctx_s * sum ctx_i + overhead_s
 
 Cached context is a private copy of the leading blocks of one prefilled "parent" sequence
@@ -31,7 +31,8 @@ from ..costmodel import Profile
 from .real import DEFAULT_BLOCK_SIZE, DEFAULT_KV_TOKENS, default_cpu_profile, load_model, model_name, real_profile
 from .runner import ModelRunner, SeqWork
 
-COEFFS = ("prefill_batch_s", "prefill_token_s", "decode_base_s", "decode_seq_s", "decode_ctx_s", "overhead_s")
+COEFFS = ("prefill_batch_s", "prefill_token_s", "prefill_attn_s", "decode_base_s", "decode_seq_s", "decode_ctx_s",
+          "overhead_s")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class Shape:
 
     def features(self) -> list[float]:
         return [1.0 if self.prefill else 0.0, float(sum(c for c, _ in self.prefill)),
+                float(sum(c * (k + c / 2) for c, k in self.prefill)),
                 1.0 if self.decode else 0.0, float(len(self.decode)), float(sum(self.decode)), 1.0]
 
     def predict(self, profile: Profile) -> float:
@@ -117,6 +119,7 @@ def default_grid(quick: bool = False, block_size: int = DEFAULT_BLOCK_SIZE) -> l
                    d(8, 2 * b, b, prefill=((4, 0), (8, 2 * b)))]
         return shapes
     shapes = [Shape(((c, k),)) for c in (16, 64, 256, 512) for k in (0, 32 * b)]
+    shapes += [Shape(((c, 64 * b),)) for c in (64, 256)]   # long cached context: prefill_attn_s
     shapes += [Shape(((128, 0),) * 4), Shape(((32, 8 * b),) * 8)]
     shapes += [d(n, ctx, b) for n, ctx in ((1, 8 * b), (1, 64 * b), (4, 8 * b), (4, 64 * b), (16, 8 * b),
                                            (16, 32 * b), (32, 8 * b), (32, 16 * b), (64, 8 * b), (8, 64 * b))]
@@ -130,7 +133,7 @@ def default_grid(quick: bool = False, block_size: int = DEFAULT_BLOCK_SIZE) -> l
     shapes += [d(n, ctx * b, b, spread=True, prefill=((c, k * b),))
                for n, ctx, c, k in ((4, 16, 32, 0), (4, 32, 256, 0), (8, 16, 128, 8), (8, 64, 32, 0),
                                     (16, 32, 64, 0), (16, 8, 256, 16), (24, 32, 32, 0), (24, 16, 128, 0),
-                                    (32, 32, 64, 8), (32, 16, 16, 0))]
+                                    (32, 32, 64, 8), (32, 16, 16, 0), (16, 32, 128, 64))]
     return shapes
 
 

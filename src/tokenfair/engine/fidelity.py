@@ -24,6 +24,7 @@ from ..contract import Contract
 from ..costmodel import Profile
 from ..output import write_run
 from ..sim.simulate import simulate
+from .calibrate import COEFFS, write_profile
 from .real import RealOutput, run_real
 
 
@@ -129,15 +130,32 @@ def compare(real_records: list[dict], real_timeline: dict, real_summary: dict,
 def fidelity(workload, policy: str, contract: Contract, model_spec="default", profile: Profile | None = None, *,
              out_dir: str | Path | None = None, max_requests: int | None = None, time_scale: float = 1.0,
              num_threads: int = 2, num_blocks: int | None = None, seed: int = 0, dtype=None,
-             progress=None) -> dict:
+             calibrate_first: bool = False, calibrate_kwargs: dict | None = None, progress=None) -> dict:
     """Run ``workload`` on the real engine, then simulate the identical (limited, scaled)
     workload with the profile the real run used; return :func:`compare`'s dict (plus the
     real output under ``"_real"``, not JSON).  Writes ``out_dir/{real,sim}/`` and
-    ``out_dir/fidelity.json`` when ``out_dir`` is given."""
+    ``out_dir/fidelity.json`` when ``out_dir`` is given.
+
+    ``calibrate_first`` fits the profile on this machine immediately before the real run, in
+    the same process and threads (``calibrate_kwargs`` go to ``calibrate``), so the real
+    run and the profile see the same machine load; it replaces ``profile``."""
     import json
 
     import torch
 
+    calibration = None
+    if calibrate_first:
+        from .calibrate import calibrate
+        from .real import load_model
+
+        model_spec = load_model(model_spec)
+        cal = calibrate(model_spec, num_threads=num_threads, dtype=dtype or torch.float32, seed=seed,
+                        **(calibrate_kwargs or {}))
+        profile = cal.profile
+        calibration = {**cal.fit, "shapes": len(cal.samples), "seconds": cal.seconds,
+                       "coefficients": {k: getattr(profile, k) for k in COEFFS}}
+        if out_dir is not None:
+            write_profile(cal, Path(out_dir) / "profile.yaml", source=model_spec.source, num_threads=num_threads)
     real: RealOutput = run_real(workload, policy, contract, model_spec, profile=profile, num_threads=num_threads,
                                 max_requests=max_requests, time_scale=time_scale, num_blocks=num_blocks,
                                 seed=seed, dtype=dtype or torch.float32, progress=progress,
@@ -149,7 +167,7 @@ def fidelity(workload, policy: str, contract: Contract, model_spec="default", pr
     res["step_model"] = step_model_error(real.engine.step_log, real.profile)
     res.update({"policy": policy, "workload": real.workload.name, "profile": real.profile.name,
                 "requests_total": len(real.records), "num_threads": num_threads,
-                "dtype": real.summary["dtype"]})
+                "dtype": real.summary["dtype"], "calibration": calibration})
     if out_dir is not None:
         Path(out_dir, "fidelity.json").write_text(json.dumps(res, indent=2))
     res["_real"] = real
@@ -164,9 +182,13 @@ def fidelity_table(res: dict) -> str:
         return "-" if v is None else fmt.format(v)
 
     lines = [f"fidelity: policy={res.get('policy')} workload={res.get('workload')} profile={res.get('profile')} "
-             f"({res['matched_finished']} requests finished in both; {res['status_mismatches']} status mismatches)",
-             f"  TTFT  |err|: median {pct(res['ttft_ape']['median'])}  p90 {pct(res['ttft_ape']['p90'])}",
-             f"  e2e   |err|: median {pct(res['e2e_ape']['median'])}  p90 {pct(res['e2e_ape']['p90'])}"]
+             f"({res['matched_finished']} requests finished in both; {res['status_mismatches']} status mismatches)"]
+    cal = res.get("calibration")
+    if cal:
+        lines.append(f"  calibrated just before the run: {cal['shapes']} shapes in {cal['seconds']:.0f}s, "
+                     f"fit mean |err| {pct(cal['mape'])}, R^2 {cal['r2']:.3f}")
+    lines += [f"  TTFT  |err|: median {pct(res['ttft_ape']['median'])}  p90 {pct(res['ttft_ape']['p90'])}",
+              f"  e2e   |err|: median {pct(res['e2e_ape']['median'])}  p90 {pct(res['e2e_ape']['p90'])}"]
     sm = res.get("step_model")
     if sm and sm["steps"]:
         lines.append(f"  step-time model over {sm['steps']} real steps: median |err| {pct(sm['median_ape'])}, "

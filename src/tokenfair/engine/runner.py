@@ -8,20 +8,28 @@ Contract of ``step(batch)``:
     not, ``CacheFullError`` is raised and the runner is unchanged;
   * items with ``sample=True`` get exactly one sampled token in ``StepOutput.sampled``.
 The scheduler owns policy (which items, preemption choice); the runner only executes.
+
+A decode group that decodes the same sequences two steps running gets a ``DecodeStage``
+(``attention.py``): its K/V kept contiguous, appended to each step instead of gathered from
+the blocks in every layer.  Results are bit-identical either way (``stage_decode=False``
+turns it off); the stage is dropped when a member is freed, recomputed or swapped out.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
-from .attention import AttentionGroup, AttentionMetadata, build_attention_group
+from .attention import AttentionGroup, AttentionMetadata, DecodeStage, StagePlan, build_attention_group
 from .kv_cache import CacheFullError, PagedKVCache, TransferStats
 from .loader import LoadedModel, build_model
 from .model import LlamaDecoder
 from .sampling import GREEDY, SamplingParams, make_generator, sample_tokens
+
+STAGE_HEADROOM = 32  # tokens a decode stage can grow by before it is rebuilt
+STAGE_AFTER = 3      # steady steps a decode group must have run before it gets a stage
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,7 @@ class ModelRunner:
         seed: int = 0,
         keep_logits: bool = False,
         optimize: bool = True,
+        stage_decode: bool = True,
     ) -> None:
         if num_threads <= 0:
             raise ValueError(f"num_threads must be positive, got {num_threads}")
@@ -74,6 +83,9 @@ class ModelRunner:
             device=self.device,
         )
         self.keep_logits = keep_logits
+        self.stage_decode = stage_decode  # keep decode groups' K/V contiguous across steps
+        self._stages: dict[tuple[str, ...], DecodeStage] = {}
+        self._unstaged: dict[tuple[str, ...], tuple[torch.Tensor, int]] = {}  # other groups: contexts, run
         self._seed_source = make_generator(seed)
         self._generators: dict[str, torch.Generator] = {}
 
@@ -125,7 +137,12 @@ class ModelRunner:
         for work in work_order:
             self.cache.allocate(work.seq_id, len(work.token_ids))
         token_ids, positions, metadata, logits_indices = self._prepare(work_order)
-        logits = self.model(token_ids, positions, self.cache.pool, metadata, logits_indices)
+        try:
+            logits = self.model(token_ids, positions, self.cache.pool, metadata, logits_indices)
+        except BaseException:
+            self._stages.clear()  # a half-written stage must not be appended to
+            self._unstaged.clear()
+            raise
         sampling_items = [w for w in work_order if w.sample]
         if all(w.sampling.is_greedy for w in sampling_items):
             # max().indices: the first maximal index like argmax, ~3x faster on CPU
@@ -161,7 +178,10 @@ class ModelRunner:
         slot_mapping = block_tables[seq_of_token, positions // block_size] * block_size + positions % block_size
         is_decode = query_lens == 1
         groups: list[AttentionGroup] = []
-        for members in (*self._decode_buckets(context_lens, is_decode), (~is_decode).nonzero().flatten()):
+        decode_buckets = self._decode_buckets(context_lens, is_decode)
+        stages: dict[tuple[str, ...], DecodeStage] = {}
+        unstaged: dict[tuple[str, ...], tuple[torch.Tensor, int]] = {}
+        for members in (*decode_buckets, (~is_decode).nonzero().flatten()):
             if members.numel() == 0:
                 continue
             group_blocks = int(((context_lens[members] + block_size - 1) // block_size).max())
@@ -172,7 +192,10 @@ class ModelRunner:
                 query_lens[members],
                 block_size,
             )
+            if self.stage_decode and bool(is_decode[members[0]]):
+                group = replace(group, stage=self._stage_plan(batch, members, context_lens, stages, unstaged))
             groups.append(group.to(device))
+        self._stages, self._unstaged = stages, unstaged
         sample_rows = torch.tensor([i for i, w in enumerate(batch) if w.sample], dtype=torch.long)
         logits_indices = (query_starts + query_lens - 1)[sample_rows]
         metadata = AttentionMetadata(slot_mapping.to(device), tuple(groups), len(flat_ids))
@@ -182,6 +205,35 @@ class ModelRunner:
             metadata,
             logits_indices.to(device),
         )
+
+    def _stage_plan(self, batch: list[SeqWork], members: torch.Tensor, context_lens: torch.Tensor,
+                    stages: dict[tuple[str, ...], DecodeStage],
+                    unstaged: dict[tuple[str, ...], tuple[torch.Tensor, int]]) -> StagePlan | None:
+        """Append to the decode group's stage from the last step; start one when the group
+        has decoded exactly these sequences for ``STAGE_AFTER`` steps (building a stage costs
+        about a third of a step, so it pays off only over a long run of steady steps; groups
+        in serving often last a few steps); else ``None`` (gather the blocks)."""
+        seq_ids = tuple(batch[i].seq_id for i in members.tolist())
+        contexts = context_lens[members]
+        stage = self._stages.get(seq_ids)
+        refill = stage is None or not stage.can_append(contexts)
+        if refill and stage is None:
+            previous, run = self._unstaged.get(seq_ids, (None, 0))
+            run = run + 1 if previous is not None and torch.equal(previous + 1, contexts) else 1
+            if run < STAGE_AFTER:
+                unstaged[seq_ids] = (contexts, run)
+                return None
+        if refill:
+            block_size = self.cache.block_size
+            capacity = -(-(int(contexts.max()) + STAGE_HEADROOM) // block_size) * block_size
+            stage = DecodeStage(seq_ids, self.cache.pool, capacity)
+        stage.lens = contexts.clone()
+        stages[seq_ids] = stage
+        return StagePlan(stage, refill, stage.append_slots(contexts))
+
+    def _drop_stages(self, seq_id: str) -> None:
+        self._stages = {ids: st for ids, st in self._stages.items() if seq_id not in ids}
+        self._unstaged = {ids: c for ids, c in self._unstaged.items() if seq_id not in ids}
 
     def _decode_buckets(self, context_lens: torch.Tensor, is_decode: torch.Tensor) -> list[torch.Tensor]:
         """Split the single-token rows (a prefix sorted by context) into buckets whose
@@ -215,6 +267,7 @@ class ModelRunner:
         """The sequence is finished: drop its KV blocks (both pools) and sampler state."""
         self.cache.free(seq_id)
         self._generators.pop(seq_id, None)
+        self._drop_stages(seq_id)
 
     def recompute(self, seq_id: str) -> int:
         """Preempt by recomputation: drop KV blocks but keep the sampler state.
@@ -225,9 +278,11 @@ class ModelRunner:
         """
         dropped = self.cache.num_tokens(seq_id)
         self.cache.free(seq_id)
+        self._drop_stages(seq_id)
         return dropped
 
     def swap_out(self, seq_id: str) -> TransferStats:
+        self._drop_stages(seq_id)
         return self.cache.swap_out(seq_id)
 
     def swap_in(self, seq_id: str) -> TransferStats:
