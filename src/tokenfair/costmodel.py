@@ -133,12 +133,14 @@ class Profile(BaseModel):
         """``f(c, ctx, n) == self.step_s([(c, 0)], ctx, n)`` bit for bit (one uncached prefill
         chunk of ``c`` tokens beside ``n`` decodes): the fair policy's budget bisection.  O(1)."""
         if self.kind == "linear":
-            pb, pt = self.prefill_batch_s, self.prefill_token_s
+            pb, pt, pa = self.prefill_batch_s, self.prefill_token_s, self.prefill_attn_s
             base, seq, per_ctx, overhead = self.decode_base_s, self.decode_seq_s, self.decode_ctx_s, self.overhead_s
 
             def linear(c: int, ctx: int, n: int) -> float:
                 t = 0.0
                 t += pb + pt * c
+                if pa:
+                    t += pa * (0.0 + c * (0 + c / 2))   # step_s's cached-context term, k = 0
                 if n:
                     t += base + seq * n + per_ctx * ctx
                 return t + overhead
