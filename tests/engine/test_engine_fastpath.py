@@ -148,11 +148,14 @@ def test_stage_starts_on_a_steady_group_and_is_dropped_when_a_member_leaves(load
     assert list(runner._stages.values()) == [first]  # and appended to in place
     decode(ids[::-1])  # the runner orders decodes by context: the caller's order does not matter
     assert list(runner._stages.values()) == [first]
+    first_buffers = {id(t) for t in first._flat}
     for _ in range(runner_module.STAGE_AFTER - 1):  # a member sits out: another group, staged later
         decode(ids[:2])
         assert not runner._stages
+        assert {id(t) for t in runner._spares.spare} == first_buffers  # kept for reuse
     decode(ids[:2])
-    assert len(runner._stages) == 1
+    (second,) = runner._stages.values()
+    assert {id(t) for t in second._flat} == first_buffers and not runner._spares.spare  # reused, not new
     runner.recompute("s2")
     assert not runner._stages  # a member's KV was dropped: its stage goes too
     pos["s2"] = 0

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .attention import AttentionGroup, AttentionMetadata, DecodeStage, StagePlan, build_attention_group
+from .attention import AttentionGroup, AttentionMetadata, DecodeStage, StageBuffers, StagePlan, build_attention_group
 from .kv_cache import CacheFullError, PagedKVCache, TransferStats
 from .loader import LoadedModel, build_model
 from .model import LlamaDecoder
@@ -85,6 +85,7 @@ class ModelRunner:
         self.keep_logits = keep_logits
         self.stage_decode = stage_decode  # keep decode groups' K/V contiguous across steps
         self._stages: dict[tuple[str, ...], DecodeStage] = {}
+        self._spares = StageBuffers(2 * self.config.num_layers)  # buffers of dropped stages
         self._unstaged: dict[tuple[str, ...], tuple[torch.Tensor, int]] = {}  # other groups: contexts, run
         self._seed_source = make_generator(seed)
         self._generators: dict[str, torch.Generator] = {}
@@ -140,8 +141,7 @@ class ModelRunner:
         try:
             logits = self.model(token_ids, positions, self.cache.pool, metadata, logits_indices)
         except BaseException:
-            self._stages.clear()  # a half-written stage must not be appended to
-            self._unstaged.clear()
+            self._set_stages({}, {})  # a half-written stage must not be appended to
             raise
         sampling_items = [w for w in work_order if w.sample]
         if all(w.sampling.is_greedy for w in sampling_items):
@@ -195,7 +195,7 @@ class ModelRunner:
             if self.stage_decode and bool(is_decode[members[0]]):
                 group = replace(group, stage=self._stage_plan(batch, members, context_lens, stages, unstaged))
             groups.append(group.to(device))
-        self._stages, self._unstaged = stages, unstaged
+        self._set_stages(stages, unstaged)
         sample_rows = torch.tensor([i for i, w in enumerate(batch) if w.sample], dtype=torch.long)
         logits_indices = (query_starts + query_lens - 1)[sample_rows]
         metadata = AttentionMetadata(slot_mapping.to(device), tuple(groups), len(flat_ids))
@@ -226,14 +226,23 @@ class ModelRunner:
         if refill:
             block_size = self.cache.block_size
             capacity = -(-(int(contexts.max()) + STAGE_HEADROOM) // block_size) * block_size
-            stage = DecodeStage(seq_ids, self.cache.pool, capacity)
+            stage = DecodeStage(seq_ids, self.cache.pool, capacity, self._spares)
         stage.lens = contexts.clone()
         stages[seq_ids] = stage
         return StagePlan(stage, refill, stage.append_slots(contexts))
 
+    def _set_stages(self, stages: dict[tuple[str, ...], DecodeStage],
+                    unstaged: dict[tuple[str, ...], tuple[torch.Tensor, int]]) -> None:
+        """Replace the live stages; the buffers of those dropped go to the spares."""
+        kept = {id(st) for st in stages.values()}
+        for stage in self._stages.values():
+            if id(stage) not in kept:
+                stage.release(self._spares)
+        self._stages, self._unstaged = stages, unstaged
+
     def _drop_stages(self, seq_id: str) -> None:
-        self._stages = {ids: st for ids, st in self._stages.items() if seq_id not in ids}
-        self._unstaged = {ids: c for ids, c in self._unstaged.items() if seq_id not in ids}
+        self._set_stages({ids: st for ids, st in self._stages.items() if seq_id not in ids},
+                         {ids: c for ids, c in self._unstaged.items() if seq_id not in ids})
 
     def _decode_buckets(self, context_lens: torch.Tensor, is_decode: torch.Tensor) -> list[torch.Tensor]:
         """Split the single-token rows (a prefix sorted by context) into buckets whose
