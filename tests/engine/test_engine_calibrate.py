@@ -105,6 +105,40 @@ def test_quick_calibration_writes_a_loadable_profile(quick_cal):
     assert "coefficients:" in cal.table()
 
 
+def test_serving_pass_times_continuous_batching_steps_and_frees_everything(tiny_llama):
+    from tokenfair.engine.calibrate_serving import measure_serving
+    from tokenfair.engine.loader import build_model, load_hf_folder
+    from tokenfair.engine.runner import ModelRunner
+
+    runner = ModelRunner(build_model(load_hf_folder(tiny_llama[0])), num_blocks=256, block_size=4, num_threads=1)
+    free = runner.cache.num_free_blocks
+    samples = measure_serving(runner, 60, np.random.default_rng(0), max_prompt=40, max_output=12,
+                              mean_concurrency=4, prefill_chunk=16)
+    assert len(samples) == 60 and all(s.seconds > 0 and s.runs == [s.seconds] for s in samples)
+    shapes = [s.shape for s in samples]
+    assert any(sh.prefill and sh.decode for sh in shapes)          # mixed steps
+    assert any(sh.decode and not sh.prefill for sh in shapes)      # decode-only steps
+    assert max(len(sh.decode) for sh in shapes) >= 3               # a batch, not one at a time
+    assert all(c <= 16 for sh in shapes for c, _ in sh.prefill)    # chunked prefill
+    assert runner.cache.num_free_blocks == free                    # every request's blocks freed
+    runner.cache.check_invariants()
+
+
+def test_calibration_fits_the_serving_pass_with_the_grid(tiny_llama):
+    cal = calibrate(str(tiny_llama[0]), num_threads=1, quick=True, block_size=4, num_blocks=128, repeats=1,
+                    serving_steps=40)
+    assert cal.serving["steps"] == 40 and cal.serving["bias"] > 0 and cal.serving["median_ape"] >= 0
+    assert "serving pass: 40 steps" in cal.table()
+    assert len(cal.samples) == len(default_grid(quick=True, block_size=4))  # the table lists the grid only
+
+
+def test_fit_weights_scale_each_samples_relative_error():
+    # two inconsistent measurements of the same shape: the fit lands on the heavier one
+    a, b = Sample(Shape((), (8,)), 1.0), Sample(Shape((), (8,)), 2.0)
+    (coef, pred) = fit_linear([a, b], [1.0, 1000.0])
+    assert pred[0] == pytest.approx(2.0, rel=1e-2)
+
+
 def _small_workload(n=10):
     rng = np.random.default_rng(2)
     rows = tuple(TraceRow(f"q{i}", round(0.004 * i, 6), ("a", "b")[i % 2], int(rng.integers(4, 30)),

@@ -29,6 +29,7 @@ import yaml
 
 from ..costmodel import Profile
 from .real import DEFAULT_BLOCK_SIZE, DEFAULT_KV_TOKENS, default_cpu_profile, load_model, model_name, real_profile
+from .calibrate_serving import measure_serving
 from .runner import ModelRunner, SeqWork
 
 COEFFS = ("prefill_batch_s", "prefill_token_s", "prefill_attn_s", "decode_base_s", "decode_seq_s", "decode_ctx_s",
@@ -93,6 +94,7 @@ class Calibration:
     fit: dict                             # mape, median_ape, max_ape, r2
     swap: dict
     seconds: float
+    serving: dict = field(default_factory=dict)   # the serving pass: steps, median_ape, bias
 
     def table(self) -> str:
         lines = [f"{'shape':<44}{'measured ms':>12}{'fitted ms':>11}{'error':>8}"]
@@ -103,6 +105,10 @@ class Calibration:
         lines.append(f"fit: mean |err| {f['mape']:.1%}, median {f['median_ape']:.1%}, max {f['max_ape']:.1%}, "
                      f"R^2 {f['r2']:.3f} over {len(self.samples)} shapes; swap {self.swap['bandwidth'] / 1e9:.2f} GB/s; "
                      f"{self.seconds:.0f}s")
+        if self.serving.get("steps"):
+            v = self.serving
+            lines.append(f"serving pass: {v['steps']} steps of random requests, fitted with the grid at equal total "
+                         f"weight: median |err| {v['median_ape']:.1%}, measured/predicted {v['bias']:.2f}")
         lines.append("coefficients: " + ", ".join(f"{k}={getattr(self.profile, k):.3g}" for k in COEFFS))
         return "\n".join(lines)
 
@@ -121,9 +127,12 @@ def default_grid(quick: bool = False, block_size: int = DEFAULT_BLOCK_SIZE) -> l
     shapes = [Shape(((c, k),)) for c in (16, 64, 256, 512) for k in (0, 32 * b)]
     shapes += [Shape(((c, 64 * b),)) for c in (64, 256)]   # long cached context: prefill_attn_s
     shapes += [Shape(((128, 0),) * 4), Shape(((32, 8 * b),) * 8)]
-    shapes += [d(n, ctx, b) for n, ctx in ((1, 8 * b), (1, 64 * b), (4, 8 * b), (4, 64 * b), (16, 8 * b),
-                                           (16, 32 * b), (32, 8 * b), (32, 16 * b), (64, 8 * b), (8, 64 * b))]
-    shapes += [d(16, 64 * b, b, spread=True), d(32, 32 * b, b, spread=True), d(24, 24 * b, b, spread=True)]
+    # decode batches: mostly contexts spread over [ctx/4, ctx], as in serving (the runner then
+    # attends in two or three context buckets, each a separate attention call per layer)
+    shapes += [d(n, ctx, b) for n, ctx in ((1, 8 * b), (1, 64 * b), (16, 8 * b), (32, 16 * b), (64, 8 * b))]
+    shapes += [d(n, ctx, b, spread=True) for n, ctx in ((4, 8 * b), (4, 64 * b), (16, 32 * b), (32, 8 * b),
+                                                        (8, 64 * b), (16, 64 * b), (32, 32 * b), (24, 24 * b),
+                                                        (6, 48 * b), (12, 96 * b))]
     shapes += [d(16, 16 * b, b, prefill=((128, 0),)), d(32, 16 * b, b, spread=True, prefill=((256, 16 * b),)),
                d(1, 8 * b, b, prefill=((32, 0),)), d(32, 8 * b, b, prefill=((512, 0),)),
                d(8, 32 * b, b, spread=True, prefill=((64, 0), (64, 0)))]
@@ -234,11 +243,12 @@ def measure_swap(runner: ModelRunner, tokens: int, repeats: int = 3, seed: int =
     return {"tokens": tokens, "bytes": nbytes, "bandwidth": float(statistics.median(rates))}
 
 
-def fit_linear(samples: list[Sample]) -> tuple[dict[str, float], np.ndarray]:
-    """Non-negative least squares on relative error; returns (coefficients, predictions)."""
+def fit_linear(samples: list[Sample], weights: list[float] | None = None) -> tuple[dict[str, float], np.ndarray]:
+    """Non-negative least squares on relative error (each sample's error times its weight,
+    default 1); returns (coefficients, predictions)."""
     x = np.array([s.shape.features() for s in samples], dtype=float)
     y = np.array([s.seconds for s in samples], dtype=float)
-    w = 1.0 / y
+    w = (1.0 if weights is None else np.asarray(weights, dtype=float)) / y
     xw, yw = x * w[:, None], y * w
     active = [j for j in range(x.shape[1]) if x[:, j].any()]
     coef = np.zeros(x.shape[1])
@@ -264,8 +274,11 @@ def fit_report(samples: list[Sample], predicted: np.ndarray) -> dict:
 def calibrate(model_spec="default", *, num_threads: int = 2, quick: bool = False, num_blocks: int | None = None,
               block_size: int = DEFAULT_BLOCK_SIZE, repeats: int | None = None, shapes: list[Shape] | None = None,
               out: str | Path | None = None, name: str | None = None, seed: int = 0,
-              dtype: torch.dtype = torch.float32, progress: Callable[[str], None] | None = None) -> Calibration:
-    """Measure, fit and (if ``out``) write the profile YAML.  Default: SmolLM2-135M."""
+              dtype: torch.dtype = torch.float32, serving_steps: int | None = None,
+              progress: Callable[[str], None] | None = None) -> Calibration:
+    """Measure, fit and (if ``out``) write the profile YAML.  Default: SmolLM2-135M.
+    ``serving_steps`` (default 300, 0 when ``quick``): steps of the serving pass
+    (``calibrate_serving.py``), fitted together with the grid, each half of the weight."""
     from .loader import build_model
 
     t0 = time.perf_counter()
@@ -295,15 +308,26 @@ def calibrate(model_spec="default", *, num_threads: int = 2, quick: bool = False
     samples = measure(runner, shapes, repeats or (3 if quick else 5), seed, progress)
     swap_tokens = min(cfg.max_position, (num_blocks // 2) * block_size, 64 if quick else 2048)
     swap = measure_swap(runner, swap_tokens, 3, seed)
-    coeffs, predicted = fit_linear(samples)
+    serving_steps = (0 if quick else 300) if serving_steps is None else serving_steps
+    served = measure_serving(runner, serving_steps, np.random.default_rng(seed + 1)) if serving_steps else []
+    if progress and served:
+        progress(f"calibrate: serving pass, {len(served)} steps done")
+    weights = [1.0] * len(samples) + [len(samples) / max(1, len(served))] * len(served)
+    coeffs, _ = fit_linear(samples + served, weights)
     base = default_cpu_profile(loaded, num_threads)
     pname = name or f"{model_name(loaded).removesuffix('.gguf')}-cpu{num_threads}t"
     prof = base.model_copy(update=dict(name=pname, **coeffs, swap_bandwidth=max(swap["bandwidth"], 1.0)))
     prof = real_profile(loaded, prof, num_blocks=num_blocks, block_size=block_size, dtype=dtype)
     prof = Profile.model_validate(prof.model_dump())
     predicted = np.array([s.shape.predict(prof) for s in samples])
+    serving = {}
+    if served:
+        measured = np.array([s.seconds for s in served])
+        pred = np.array([s.shape.predict(prof) for s in served])
+        serving = {"steps": len(served), "median_ape": float(np.median(np.abs(pred - measured) / measured)),
+                   "bias": float(measured.sum() / pred.sum())}
     cal = Calibration(prof, samples, predicted.tolist(), fit_report(samples, predicted), swap,
-                      time.perf_counter() - t0)
+                      time.perf_counter() - t0, serving)
     if out is not None:
         write_profile(cal, out, source=loaded.source, num_threads=num_threads)
     return cal
