@@ -242,8 +242,7 @@ def _group_kv(group: AttentionGroup, new_kv: torch.Tensor, kv_layer: torch.Tenso
 
 def paged_attention(
     query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
+    new_kv: torch.Tensor,
     kv_layer: torch.Tensor,
     metadata: AttentionMetadata,
     scale: float,
@@ -252,13 +251,13 @@ def paged_attention(
     """Write this step's K/V, then attend: flattened queries ``[T, num_heads, head_dim]``
     over the paged cache.
 
-    ``key``/``value`` ``[T, kv_heads, head_dim]`` go to ``metadata.slot_mapping`` of
+    ``new_kv`` ``[2, T, kv_heads, head_dim]`` (this step's keys and values; may be a view)
+    go to ``metadata.slot_mapping`` of
     ``kv_layer``, layer ``layer`` of the pool, ``[2, num_blocks, block_size, kv_heads,
     head_dim]`` (and to decode stages). Returns ``[T, num_heads, head_dim]``.
     Implementation: each group's keys and values (its gathered blocks, or its decode stage),
     then one SDPA call per group.
     """
-    new_kv = torch.stack((key, value))
     write_kv(kv_layer, new_kv, metadata.slot_mapping)
     num_tokens, num_heads, head_dim = query.shape
     num_kv_heads = kv_layer.shape[-2]

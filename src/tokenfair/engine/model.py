@@ -69,6 +69,12 @@ class RotaryEmbedding(nn.Module):
     def apply(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
         return (x * cos).add_(x.roll(x.shape[-1] // 2, -1).mul_(sin_signed))
 
+    @staticmethod
+    def apply_(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+        """``apply`` in place (the same products and sum, bit for bit; ``x`` may be a view)."""
+        rotated = x.roll(x.shape[-1] // 2, -1).mul_(sin_signed)
+        return x.mul_(cos).add_(rotated)
+
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Rotate ``x`` of shape ``[T, heads, head_dim]`` by per-token ``positions`` ``[T]``."""
         return self.apply(x, *self.tables(positions, x.dtype))
@@ -152,16 +158,18 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         num_tokens = hidden.shape[0]
         cos, sin = rope_tables
-        if self.qkv is not None:  # q and k heads are adjacent: rotate them in one go (views, no copies)
+        if self.qkv is not None:
+            # q and k heads are adjacent: rotated in place in one go; k and v heads stay
+            # adjacent, so this step's K/V are a view ([2, T, kv_heads, head_dim]), not a copy
             heads = self.qkv(hidden).view(num_tokens, -1, self.head_dim)
-            qk = RotaryEmbedding.apply(heads[:, :self.num_heads + self.num_kv_heads], cos, sin)
-            q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
-            v = heads[:, self.num_heads + self.num_kv_heads:]
+            RotaryEmbedding.apply_(heads[:, :self.num_heads + self.num_kv_heads], cos, sin)
+            q = heads[:, :self.num_heads]
+            new_kv = heads[:, self.num_heads:].view(num_tokens, 2, self.num_kv_heads, self.head_dim).transpose(0, 1)
         else:
             q = RotaryEmbedding.apply(self.q_proj(hidden).view(num_tokens, self.num_heads, self.head_dim), cos, sin)
             k = RotaryEmbedding.apply(self.k_proj(hidden).view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin)
-            v = self.v_proj(hidden).view(num_tokens, self.num_kv_heads, self.head_dim)
-        attended = paged_attention(q, k, v, kv_layer, metadata, self.scale, self.layer_index)
+            new_kv = torch.stack((k, self.v_proj(hidden).view(num_tokens, self.num_kv_heads, self.head_dim)))
+        attended = paged_attention(q, new_kv, kv_layer, metadata, self.scale, self.layer_index)
         return self.o_proj(attended.reshape(num_tokens, self.num_heads * self.head_dim))
 
 
