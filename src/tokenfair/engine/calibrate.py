@@ -143,6 +143,8 @@ def default_grid(quick: bool = False, block_size: int = DEFAULT_BLOCK_SIZE) -> l
                for n, ctx, c, k in ((4, 16, 32, 0), (4, 32, 256, 0), (8, 16, 128, 8), (8, 64, 32, 0),
                                     (16, 32, 64, 0), (16, 8, 256, 16), (24, 32, 32, 0), (24, 16, 128, 0),
                                     (32, 32, 64, 8), (32, 16, 16, 0), (16, 32, 128, 64))]
+    # chat prompts are often a few tokens: a tiny chunk beside decodes prices the mixed step's intercept
+    shapes += [d(n, ctx * b, b, spread=n > 1, prefill=((c, 0),)) for n, ctx, c in ((1, 8, 4), (4, 16, 8), (16, 32, 4))]
     return shapes
 
 

@@ -27,8 +27,8 @@ def measure_serving(runner: ModelRunner, num_steps: int, rng: np.random.Generato
     """``num_steps`` timed steps of a serving session; one ``Sample`` per step.
 
     Arrivals: a new request whenever fewer than ``mean_concurrency`` run, else with
-    probability 1/8 per step (bursts and lulls); prompts uniform in [16, ``max_prompt``],
-    outputs uniform in [8, ``max_output``], both capped by the model's positions and the KV
+    probability 1/8 per step (bursts and lulls); prompts log-uniform in [2, ``max_prompt``],
+    outputs log-uniform in [8, ``max_output``] (many short, a long tail), both capped by the model's positions and the KV
     pool (a request takes at most an eighth of it).  Stops early if nothing fits."""
     from .calibrate import Sample, Shape
 
@@ -45,8 +45,8 @@ def measure_serving(runner: ModelRunner, num_steps: int, rng: np.random.Generato
             running = sum(not s.finished for s in driver.seqs.values())
             room = cache.num_free_blocks * cache.block_size
             if (running < mean_concurrency or rng.random() < 1 / 8) and room > max_prompt + max_output:
-                prompt = int(rng.integers(16, max_prompt + 1))
-                output = int(rng.integers(8, max_output + 1))
+                prompt = _log_uniform(rng, 2, max_prompt)
+                output = _log_uniform(rng, 8, max_output)
                 n += 1
                 driver.add(f"__serve{n}", rng.integers(3, cfg.vocab_size, size=prompt).tolist(), output)
             batch = driver.build_batch()
@@ -64,6 +64,11 @@ def measure_serving(runner: ModelRunner, num_steps: int, rng: np.random.Generato
             if not seq.finished:
                 runner.free(seq_id)
     return samples
+
+
+def _log_uniform(rng: np.random.Generator, lo: int, hi: int) -> int:
+    """An integer in [lo, hi], log-uniform: chat prompts are mostly short with a long tail."""
+    return min(hi, int(np.exp(rng.uniform(np.log(lo), np.log(hi + 1)))))
 
 
 def _apply(driver: OfflineGenerator, batch, out) -> None:
