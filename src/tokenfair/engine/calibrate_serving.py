@@ -16,10 +16,9 @@ import time
 
 import numpy as np
 
+from .calibrate_measure import Sample, Shape
 from .offline import OfflineGenerator
 from .runner import ModelRunner
-
-# Shape and Sample are imported lazily from calibrate (which imports this module).
 
 
 def measure_serving(runner: ModelRunner, num_steps: int, rng: np.random.Generator, *, max_prompt: int = 1024,
@@ -30,8 +29,6 @@ def measure_serving(runner: ModelRunner, num_steps: int, rng: np.random.Generato
     probability 1/8 per step (bursts and lulls); prompts log-uniform in [2, ``max_prompt``],
     outputs log-uniform in [8, ``max_output``] (many short, a long tail), both capped by the model's positions and the KV
     pool (a request takes at most an eighth of it).  Stops early if nothing fits."""
-    from .calibrate import Sample, Shape
-
     cfg = runner.config
     cache = runner.cache
     pool_tokens = cache.num_blocks * cache.block_size   # a request takes at most 1/8 of the pool
