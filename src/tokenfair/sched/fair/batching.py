@@ -63,16 +63,26 @@ class BatchingMixin:
         planned ``n`` decodes, the largest m with step(budget, m decodes of the mean
         context) <= target (bisection, O(log n)), are held -- never one twice in a row,
         so a held stream still decodes every other step.  O(active tenants) for the held set."""
-        step = self.profile.step_s
+        step = self._chunk_step                  # == profile.step_s([(c, 0)], ctx, n)
         lo, hi = 0, n
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if step([(budget, 0)], ctx * mid // n, mid) <= target:
+            if step(budget, ctx * mid // n, mid) <= target:
                 lo = mid
             else:
                 hi = mid
-        heavy = frozenset(t.name for t in self.tenants.values()
-                          if t.running and not self.under_share(t, now))
+        # the running tenants not under their share (``under_share``, inlined: the level is
+        # read, and refreshed if due, at the first running tenant, as before)
+        heavy_names: list[str] = []
+        level = None
+        tau = self.share_tau_s
+        for t in self.tenants.values():
+            if t.running:
+                if level is None:
+                    level = self._level(now)
+                if not (level > 0.0 and t.decayed_recent(now, tau) / t.weight < LIGHT_FRACTION * level):
+                    heavy_names.append(t.name)
+        heavy = frozenset(heavy_names)
         return DecodeHold(heavy, n - lo)
 
     def decode_hold(self) -> DecodeHold | None:
