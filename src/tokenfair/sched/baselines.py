@@ -278,12 +278,16 @@ class VtcPolicy(_VllmMechanics):
             counters[t] = counters[t] + x if m == 1 else add_repeated(counters[t], x, m)
 
     def on_fast_forward(self, reqs: list[Request], start: float, step_ends: list[float],
-                        step_durations: list[float], end_last: bool = True) -> None:
+                        step_durations: list[float], end_last: bool = True,
+                        tenant_counts: dict[str, int] | None = None) -> None:
         """Each request's tenant counter gets ``w_q / w[u]`` per step, as ``on_served`` adds it:
-        O(len(reqs)) plus ``add_repeated`` per tenant (O(1) for integer-valued counters)."""
-        per_tenant: dict[str, int] = {}
-        for req in reqs:
-            per_tenant[req.tenant] = per_tenant.get(req.tenant, 0) + 1
+        O(len(reqs)) (O(tenants) with ``tenant_counts``) plus ``add_repeated`` per tenant (O(1)
+        for integer-valued counters)."""
+        per_tenant = tenant_counts
+        if per_tenant is None:
+            per_tenant = {}
+            for req in reqs:
+                per_tenant[req.tenant] = per_tenant.get(req.tenant, 0) + 1
         k = len(step_ends)
         for t, m in per_tenant.items():
             self.counters[t] = add_repeated(self.counters[t], self.w_q * 1 / self._weight[t], m * k)
