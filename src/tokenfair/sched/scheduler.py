@@ -250,8 +250,8 @@ class IterationScheduler(AdmitMixin):
                 done.append(req)
                 self._end(req, Status.FINISHED, "max_tokens", now)
         if done:
-            gone = set(map(id, done))
-            self.running = [r for r in self.running if id(r) not in gone]
+            # every running request is RUNNING (invariant) and _end just ended these
+            self.running = [r for r in self.running if r.status is Status.RUNNING]
             for req in done:
                 self.pool.release(req)
 
