@@ -41,12 +41,13 @@ class SharesMixin:
         it stays under its share (:meth:`under_share`): what it asks for is within its fair
         share, so it gets latency priority.  A tenant with a 20K-token prompt or a standing
         queue is not light merely because it has not been served yet.  O(classes)."""
-        if not self.under_share(t, now):
+        level = self._level(now)                 # under_share(t, now), inlined (hot path)
+        if not (level > 0.0 and t.decayed_recent(now, self.share_tau_s) / t.weight < LIGHT_FRACTION * level):
             return False
         pending = sum(t.queued_cost.values())
         if req is not None and req.status is Status.RUNNING:
             pending += max(0.0, req.charged - req.used_cost)
-        return (t.recent + pending) / t.weight < LIGHT_FRACTION * self._level_v
+        return (t.recent + pending) / t.weight < LIGHT_FRACTION * level
 
     def _level(self, now: float) -> float:
         """Max normalised recent service over active tenants; O(T), refreshed every 0.25 s."""
