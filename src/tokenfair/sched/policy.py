@@ -128,8 +128,10 @@ class Policy:
     def on_served(self, req: Request, prefill_tokens: int, decoded: int, now: float) -> None:
         pass
 
-    def on_decoded(self, reqs: list[Request], now: float) -> None:
-        """Each of ``reqs`` decoded one token this step (batched: the hot path)."""
+    def on_decoded(self, reqs: list[Request], now: float,
+                   tenant_counts: dict[str, int] | None = None) -> None:
+        """Each of ``reqs`` decoded one token this step (batched: the hot path).
+        ``tenant_counts``, when given: ``reqs`` per tenant, in order of first appearance."""
         if type(self).on_served is Policy.on_served:
             return
         for req in reqs:

@@ -51,10 +51,11 @@ class AccountingMixin:
         if req.klass in self.class_recent:
             self.class_recent[req.klass] += served
 
-    def on_decoded(self, reqs: list[Request], now: float) -> None:
-        """One decode token each: O(1) per request, tenant updates aggregated per tenant."""
+    def on_decoded(self, reqs: list[Request], now: float,
+                   tenant_counts: dict[str, int] | None = None) -> None:
+        """One decode token each: O(1) per request, tenant updates aggregated per tenant
+        (``tenant_counts``: the caller counted them already)."""
         wd = self.wd
-        per_tenant: dict[str, int] = {}
         charge = self.wfq.charge
         tenants = self.tenants
         for req in reqs:
@@ -63,7 +64,11 @@ class AccountingMixin:
             if used > req.charged:
                 charge(tenants[req.tenant], used - req.charged)
                 req.charged = used
-            per_tenant[req.tenant] = per_tenant.get(req.tenant, 0) + 1
+        per_tenant = tenant_counts
+        if per_tenant is None:
+            per_tenant = {}
+            for req in reqs:
+                per_tenant[req.tenant] = per_tenant.get(req.tenant, 0) + 1
         served_total = 0.0
         tau = self.share_tau_s
         class_recent = self.class_recent
