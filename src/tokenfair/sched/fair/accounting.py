@@ -114,7 +114,9 @@ class AccountingMixin:
         for req in reqs:
             used = req.used_cost + kwd               # integer-valued: exact (module docstring)
             if used > req.charged:
-                first = max(1, int(req.charged - req.used_cost) // int(wd) + 1)
+                first = int(req.charged - req.used_cost) // int(wd) + 1
+                if first < 1:
+                    first = 1
                 charging.append((first, req.used_cost + first * wd - req.charged, tenants[req.tenant]))
                 req.charged = used
             req.used_cost = used
@@ -168,7 +170,7 @@ class AccountingMixin:
         on every tenant was updated at the previous step's end, so the decay factor is one per
         step, shared.  O(k + tenants x k) float work, no method calls."""
         tau = self.share_tau_s
-        now = step_ends[0]
+        now, end = step_ends[0], step_ends[-1]
         factors = [math.exp(-(step_ends[j] - step_ends[j - 1]) / tau) for j in range(1, len(step_ends))]
         last_t, f = None, 1.0
         for t, s in served:
@@ -181,7 +183,7 @@ class AccountingMixin:
             for g in factors:
                 r = r * g + s
             t.recent = r
-            t.recent_t = max(rt, step_ends[-1])
+            t.recent_t = end if end > rt else rt     # max(rt, end)
 
     def on_step_end(self, now: float, duration_s: float) -> None:
         self._reserved_cache = None

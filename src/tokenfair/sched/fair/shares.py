@@ -123,7 +123,7 @@ class SharesMixin:
         for o in self.tenants.values():
             if o.active and o.kv_peak > 0:
                 w = o.weight
-                share = w / max(active_weight, w)
+                share = w / (w if w > active_weight else active_weight)   # max(active_weight, w)
                 kv = held.get(o.name, 0)
                 slots = len(o.running)
                 if kv <= share * num_blocks and slots <= share * max_running:
