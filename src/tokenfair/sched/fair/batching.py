@@ -48,6 +48,21 @@ class BatchingMixin:
         if self._light_prefilling:
             self._hold = self._hold_heavy_decodes(budget, n, ctx, target, now)
             return budget
+        return self._shaped_budget(budget, ctx, n, target)
+
+    def _shaped_budget(self, budget: int, ctx: int, n: int, target: float) -> int:
+        """The largest multiple of 64 in [MIN_PREFILL_BUDGET, budget) whose predicted step
+        fits ``target`` (MIN_PREFILL_BUDGET if none), given ``step(budget) > target``.  The
+        step time is monotone in the chunk (every float operation of the cost model is), so
+        bisection finds exactly that; the previous step's answer is tried first -- it is the
+        answer iff it fits (or is the minimum) and 64 more does not (or reaches the budget):
+        two evaluations where consecutive steps agree, else O(log budget) by bisection."""
+        step = self._chunk_step                  # == profile.step_s([(c, 0)], ctx, n)
+        g = self._last_shaped
+        if (MIN_PREFILL_BUDGET <= g < budget
+                and (g + 64 >= budget or step(g + 64, ctx, n) > target)
+                and (g == MIN_PREFILL_BUDGET or step(g, ctx, n) <= target)):
+            return g
         lo, hi = MIN_PREFILL_BUDGET, budget      # the largest multiple of 64 that fits (bisection)
         while hi - lo > 64:
             mid = (lo + hi) // 128 * 64
@@ -55,6 +70,7 @@ class BatchingMixin:
                 lo = mid
             else:
                 hi = mid
+        self._last_shaped = lo
         return lo
 
     def _hold_heavy_decodes(self, budget: int, n: int, ctx: int, target: float, now: float) -> DecodeHold:
