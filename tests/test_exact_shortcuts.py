@@ -29,3 +29,39 @@ def _loop(acc, x, k):
        x=st.one_of(st.integers(0, 10**4).map(float), st.floats(0, 1e4)), k=st.integers(0, 300))
 def test_add_repeated_equals_the_loop(acc, x, k):
     assert add_repeated(acc, x, k) == _loop(acc, x, k)
+
+
+def _bisect(step, budget, ctx, n, target):
+    """The fair policy's prefill-budget bisection, as it was before the shortcut."""
+    lo, hi = 128, budget
+    while hi - lo > 64:
+        mid = (lo + hi) // 128 * 64
+        if step(mid, ctx, n) <= target:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def test_shaped_budget_with_the_last_answer_first_equals_bisection():
+    """``FairPolicy._shaped_budget`` tries the previous step's answer first; on slowly and
+    abruptly changing decode batches, for every profile, it returns what bisection does."""
+    from tokenfair.sched.fair.batching import BatchingMixin
+
+    rng = random.Random(11)
+    for prof in BUILTIN_PROFILES.values():
+        shaper = BatchingMixin()
+        shaper._chunk_step = step = prof.chunk_step_fn()
+        shaper._last_shaped = 0
+        ctx, n = 40_000, 40
+        for _ in range(3000):
+            if rng.random() < 0.1:
+                ctx, n = rng.randint(0, 4_000_000), rng.randint(1, 256)
+            else:
+                n = max(1, n + rng.randint(-2, 2))
+                ctx = max(0, ctx + rng.randint(-3000, 3000))
+            budget = rng.choice([2048, 2048, 1024, 512, 64])   # multiples of 64 (else the bisection never ends)
+            target = rng.choice([0.04, 0.08, 0.2]) * rng.uniform(0.5, 1.5)
+            if step(budget, ctx, n) <= target:
+                continue                      # prefill_budget returns the budget itself
+            assert shaper._shaped_budget(budget, ctx, n, target) == _bisect(step, budget, ctx, n, target)

@@ -42,7 +42,7 @@ class Recorder:
             ts[req.tenant][b] += c
             cs[req.klass][b] += c
             n_tokens += n
-        tenants, classes = _counts2(out.decode)
+        tenants, classes = out.decode_counts or _counts2(out.decode)
         for name, cnt in tenants.items():
             ts[name][b] += wd * cnt
         for name, cnt in classes.items():

@@ -267,23 +267,31 @@ class VtcPolicy(_VllmMechanics):
         if decoded:
             self.counters[req.tenant] += self.w_q * decoded / self._weight[req.tenant]
 
-    def on_decoded(self, reqs: list[Request], now: float) -> None:
-        """``on_served(req, 0, 1)`` for each, batched per tenant: O(len(reqs))."""
-        per_tenant: dict[str, int] = {}
-        for req in reqs:
-            per_tenant[req.tenant] = per_tenant.get(req.tenant, 0) + 1
+    def on_decoded(self, reqs: list[Request], now: float,
+                   tenant_counts: dict[str, int] | None = None) -> None:
+        """``on_served(req, 0, 1)`` for each, batched per tenant: O(len(reqs)), O(tenants)
+        with ``tenant_counts``."""
+        per_tenant = tenant_counts
+        if per_tenant is None:
+            per_tenant = {}
+            for req in reqs:
+                per_tenant[req.tenant] = per_tenant.get(req.tenant, 0) + 1
         counters = self.counters
         for t, m in per_tenant.items():
             x = self.w_q * 1 / self._weight[t]
             counters[t] = counters[t] + x if m == 1 else add_repeated(counters[t], x, m)
 
     def on_fast_forward(self, reqs: list[Request], start: float, step_ends: list[float],
-                        step_durations: list[float], end_last: bool = True) -> None:
+                        step_durations: list[float], end_last: bool = True,
+                        tenant_counts: dict[str, int] | None = None) -> None:
         """Each request's tenant counter gets ``w_q / w[u]`` per step, as ``on_served`` adds it:
-        O(len(reqs)) plus ``add_repeated`` per tenant (O(1) for integer-valued counters)."""
-        per_tenant: dict[str, int] = {}
-        for req in reqs:
-            per_tenant[req.tenant] = per_tenant.get(req.tenant, 0) + 1
+        O(len(reqs)) (O(tenants) with ``tenant_counts``) plus ``add_repeated`` per tenant (O(1)
+        for integer-valued counters)."""
+        per_tenant = tenant_counts
+        if per_tenant is None:
+            per_tenant = {}
+            for req in reqs:
+                per_tenant[req.tenant] = per_tenant.get(req.tenant, 0) + 1
         k = len(step_ends)
         for t, m in per_tenant.items():
             self.counters[t] = add_repeated(self.counters[t], self.w_q * 1 / self._weight[t], m * k)

@@ -23,6 +23,9 @@ class SchedulerOutput:
     preempted: list[tuple[Request, str]] = field(default_factory=list)  # (request, "recompute"|"swap")
     swapped_in: list[Request] = field(default_factory=list)
     aborted: list[Request] = field(default_factory=list)  # ended by the scheduler; engine frees state
+    # set by update_from_output when every request in ``decode`` decoded: (requests per
+    # tenant, per class), in order of first appearance (the recorder reuses the count)
+    decode_counts: tuple[dict[str, int], dict[str, int]] | None = None
 
     @property
     def is_empty(self) -> bool:

@@ -128,20 +128,25 @@ class Policy:
     def on_served(self, req: Request, prefill_tokens: int, decoded: int, now: float) -> None:
         pass
 
-    def on_decoded(self, reqs: list[Request], now: float) -> None:
-        """Each of ``reqs`` decoded one token this step (batched: the hot path)."""
+    def on_decoded(self, reqs: list[Request], now: float,
+                   tenant_counts: dict[str, int] | None = None) -> None:
+        """Each of ``reqs`` decoded one token this step (batched: the hot path).
+        ``tenant_counts``, when given: ``reqs`` per tenant, in order of first appearance."""
         if type(self).on_served is Policy.on_served:
             return
         for req in reqs:
             self.on_served(req, 0, 1, now)
 
     def on_fast_forward(self, reqs: list[Request], start: float, step_ends: list[float],
-                        step_durations: list[float], end_last: bool = True) -> None:
+                        step_durations: list[float], end_last: bool = True,
+                        tenant_counts: dict[str, int] | None = None) -> None:
         """``reqs`` (all running, all decoding, in running order) decoded one token in each of
         these steps (the first began at ``start``) and nothing else happened (see
         ``sim/fastforward.py``): leave the policy exactly as ``on_decoded`` + ``on_step_end`` per
         step would.  ``end_last=False``: the last step's ``on_step_end`` is left to the caller
-        (requests finish in between).  Default: replay step by step, O(len(reqs)) per step."""
+        (requests finish in between).  ``tenant_counts``, when given: ``reqs`` per tenant, in
+        order of first appearance in ``reqs`` (what counting them would give; the caller has
+        counted them already).  Default: replay step by step, O(len(reqs)) per step."""
         cls = type(self)
         if (cls.on_decoded is Policy.on_decoded and cls.on_served is Policy.on_served
                 and cls.on_step_end is Policy.on_step_end):

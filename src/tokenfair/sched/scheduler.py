@@ -217,13 +217,23 @@ class IterationScheduler(AdmitMixin):
             policy.on_served(req, n, 1 if sampled else 0, now)
         running = Status.RUNNING
         decoded = [req for req in out.decode if req.status is running]
+        reached_max: list[Request] = []
+        tenants: dict[str, int] = {}                # decoding requests per tenant / class
+        classes: dict[str, int] = {}
+        tget, cget = tenants.get, classes.get
         for req in decoded:                         # hot loop: O(1) per decoding request
             req.num_computed += 1
-            req.num_output += 1
+            num_output = req.num_output + 1
+            req.num_output = num_output
             if req.first_token_s is None:
                 req.first_token_s = now
-        reached_max = [req for req in decoded if req.num_output >= req.max_tokens]
-        policy.on_decoded(decoded, now)
+            if num_output >= req.max_tokens:
+                reached_max.append(req)
+            tenants[req.tenant] = tget(req.tenant, 0) + 1
+            classes[req.klass] = cget(req.klass, 0) + 1
+        if len(decoded) == len(out.decode):
+            out.decode_counts = (tenants, classes)
+        policy.on_decoded(decoded, now, tenant_counts=tenants)
         self.retire(result.failed, result.finished, reached_max, now)
         policy.on_step_end(now, result.duration_s)
         # running requests that may still be prefilling: every other one is decoding (O(prefills))
@@ -250,8 +260,8 @@ class IterationScheduler(AdmitMixin):
                 done.append(req)
                 self._end(req, Status.FINISHED, "max_tokens", now)
         if done:
-            gone = set(map(id, done))
-            self.running = [r for r in self.running if id(r) not in gone]
+            # every running request is RUNNING (invariant) and _end just ended these
+            self.running = [r for r in self.running if r.status is Status.RUNNING]
             for req in done:
                 self.pool.release(req)
 

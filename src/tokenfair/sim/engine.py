@@ -58,8 +58,11 @@ class SimEngine:
         for req in finished + ending:         # they end this step: nothing more to know
             self.forget(req)
         dt = self.profile.step_s(prefill, sum(map(_num_computed, decode)), len(decode))
-        swap_tokens = sum(r.num_computed for r, mode in out.preempted if mode == "swap")
-        swap_tokens += sum(r.num_computed for r in out.swapped_in)
+        swap_tokens = 0
+        if out.preempted:
+            swap_tokens += sum(r.num_computed for r, mode in out.preempted if mode == "swap")
+        if out.swapped_in:
+            swap_tokens += sum(r.num_computed for r in out.swapped_in)
         swap_s = self.profile.swap_s(swap_tokens) if swap_tokens else 0.0
         self.busy_s += dt + swap_s
         self.swap_s += swap_s

@@ -97,7 +97,8 @@ def _segment(sched, engine, recorder, now: float, next_arrival: float,
     bs = pool.block_size
     stop_at = engine.stop_at
     n = len(running)
-    k_fin = min([stop_at[r] - r.num_output for r in running])
+    gaps = [stop_at[r] - r.num_output for r in running]   # steps until each one stops
+    k_fin = min(gaps)
     if k_fin < 1:
         return now, 0, False
     ctx = sum(map(_num_computed, running))
@@ -138,12 +139,15 @@ def _segment(sched, engine, recorder, now: float, next_arrival: float,
         classes[r.klass] = classes.get(r.klass, 0) + 1
     pool.num_free -= grown
     finishing = k == k_fin
-    policy.on_fast_forward(running, now, ends, durations, end_last=not finishing)
+    policy.on_fast_forward(running, now, ends, durations, end_last=not finishing, tenant_counts=tenants)
     engine.advance(durations)
     if finishing:                         # retire() replaces sched.running, not this list
+        # only the requests stopping at this step can be done or at max_tokens (each other
+        # one is short of both), so this keeps running order as filtering all of them would
+        ending = [r for r, g in zip(running, gaps) if g == k]
         true_len = engine.true_lengths
-        done = [r for r in running if r.num_output >= true_len[r]]
-        at_max = [r for r in running if r.num_output >= r.max_tokens]
+        done = [r for r in ending if r.num_output >= true_len[r]]
+        at_max = [r for r in ending if r.num_output >= r.max_tokens]
         sched.retire([], done, at_max, t)
         policy.on_step_end(t, durations[-1])
         for r in done + at_max:           # as SimEngine.execute forgets what ends

@@ -51,10 +51,11 @@ class AccountingMixin:
         if req.klass in self.class_recent:
             self.class_recent[req.klass] += served
 
-    def on_decoded(self, reqs: list[Request], now: float) -> None:
-        """One decode token each: O(1) per request, tenant updates aggregated per tenant."""
+    def on_decoded(self, reqs: list[Request], now: float,
+                   tenant_counts: dict[str, int] | None = None) -> None:
+        """One decode token each: O(1) per request, tenant updates aggregated per tenant
+        (``tenant_counts``: the caller counted them already)."""
         wd = self.wd
-        per_tenant: dict[str, int] = {}
         charge = self.wfq.charge
         tenants = self.tenants
         for req in reqs:
@@ -63,7 +64,11 @@ class AccountingMixin:
             if used > req.charged:
                 charge(tenants[req.tenant], used - req.charged)
                 req.charged = used
-            per_tenant[req.tenant] = per_tenant.get(req.tenant, 0) + 1
+        per_tenant = tenant_counts
+        if per_tenant is None:
+            per_tenant = {}
+            for req in reqs:
+                per_tenant[req.tenant] = per_tenant.get(req.tenant, 0) + 1
         served_total = 0.0
         tau = self.share_tau_s
         class_recent = self.class_recent
@@ -87,24 +92,31 @@ class AccountingMixin:
             self.first_service_s = now
 
     def on_fast_forward(self, reqs: list[Request], start: float, step_ends: list[float],
-                        step_durations: list[float], end_last: bool = True) -> None:
+                        step_durations: list[float], end_last: bool = True,
+                        tenant_counts: dict[str, int] | None = None) -> None:
         """k decode-only steps of ``reqs``, bit for bit as ``on_decoded`` + ``on_step_end`` per
         step (module docstring): O(len(reqs)) once, then O(charging requests + tenants +
         min-share classes) per step."""
         # what schedule() leaves behind in a decode-only step (pick/prefill_budget set it)
         self._now = step_ends[-2] if len(step_ends) > 1 else start
-        if not self._integral_costs:
+        if not self._integral_costs or self.contract.costs.kv_block_s > 0:
             super().on_fast_forward(reqs, start, step_ends, step_durations, end_last)
             return
         wd, k = self.wd, len(step_ends)
         tenants = self.tenants
-        per_tenant: dict[str, int] = {}
+        per_tenant = tenant_counts
+        if per_tenant is None:
+            per_tenant = {}
+            for req in reqs:
+                per_tenant[req.tenant] = per_tenant.get(req.tenant, 0) + 1
         charging: list[tuple[int, float, TenantState]] = []   # (first charging step, its charge, tenant)
+        kwd = k * wd
         for req in reqs:
-            per_tenant[req.tenant] = per_tenant.get(req.tenant, 0) + 1
-            used = req.used_cost + k * wd            # integer-valued: exact (module docstring)
+            used = req.used_cost + kwd               # integer-valued: exact (module docstring)
             if used > req.charged:
-                first = max(1, int(req.charged - req.used_cost) // int(wd) + 1)
+                first = int(req.charged - req.used_cost) // int(wd) + 1
+                if first < 1:
+                    first = 1
                 charging.append((first, req.used_cost + first * wd - req.charged, tenants[req.tenant]))
                 req.charged = used
             req.used_cost = used
@@ -119,18 +131,38 @@ class AccountingMixin:
                 if req.klass in class_recent:
                     per_class[req.klass] = per_class.get(req.klass, 0) + 1
         self._ff_recent(served, step_ends)
-        for j in range(1, k + 1):                    # step j: on_decoded, then on_step_end
-            now = step_ends[j - 1]
-            for first, partial, t in charging:
-                if j >= first:
-                    t.vtime += (partial if j == first else wd) / t.weight
+        if charging:
+            for j in range(1, k + 1):                # step j's charges, in on_decoded's order
+                for first, partial, t in charging:
+                    if j >= first:
+                        t.vtime += (partial if j == first else wd) / t.weight
+        if self.first_service_s is None and reqs:
+            self.first_service_s = step_ends[0]
+        self._ff_totals(served_total, per_class, step_durations, k if end_last else k - 1)
+
+    def _ff_totals(self, served_total: float, per_class: dict[str, int], step_durations: list[float],
+                   ended: int) -> None:
+        """The totals of the run's steps: per step, on_decoded's additions to the min-share
+        classes' and the total recent service, then -- for the first ``ended`` steps --
+        on_step_end's float operations, inlined (with a KV occupancy charge the caller replays
+        step by step instead).  These touch no per-tenant state, so doing them apart
+        from the per-tenant charges leaves every value as interleaving would.  O(k x classes)."""
+        wd, tau = self.wd, self.share_tau_s
+        class_recent = self.class_recent
+        total, ewma = self.recent_total, self.step_ewma_s
+        for j, dt in enumerate(step_durations):
             for klass, m in per_class.items():
                 class_recent[klass] = add_repeated(class_recent[klass], wd, m)
-            self.recent_total += served_total
-            if self.first_service_s is None and reqs:
-                self.first_service_s = now
-            if j < k or end_last:
-                self.on_step_end(now, step_durations[j - 1])
+            total += served_total
+            if j < ended:
+                ewma += 0.05 * (dt - ewma)
+                decay = math.exp(-dt / tau)
+                total *= decay
+                for c in class_recent:
+                    class_recent[c] *= decay
+        self.recent_total, self.step_ewma_s = total, ewma
+        if ended:
+            self._reserved_cache = None
 
     def _ff_recent(self, served: list[tuple[TenantState, float]], step_ends: list[float]) -> None:
         """Each tenant's decayed service after these steps, the same float operations as
@@ -138,7 +170,7 @@ class AccountingMixin:
         on every tenant was updated at the previous step's end, so the decay factor is one per
         step, shared.  O(k + tenants x k) float work, no method calls."""
         tau = self.share_tau_s
-        now = step_ends[0]
+        now, end = step_ends[0], step_ends[-1]
         factors = [math.exp(-(step_ends[j] - step_ends[j - 1]) / tau) for j in range(1, len(step_ends))]
         last_t, f = None, 1.0
         for t, s in served:
@@ -151,7 +183,7 @@ class AccountingMixin:
             for g in factors:
                 r = r * g + s
             t.recent = r
-            t.recent_t = max(rt, step_ends[-1])
+            t.recent_t = end if end > rt else rt     # max(rt, end)
 
     def on_step_end(self, now: float, duration_s: float) -> None:
         self._reserved_cache = None

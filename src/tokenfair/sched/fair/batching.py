@@ -48,6 +48,21 @@ class BatchingMixin:
         if self._light_prefilling:
             self._hold = self._hold_heavy_decodes(budget, n, ctx, target, now)
             return budget
+        return self._shaped_budget(budget, ctx, n, target)
+
+    def _shaped_budget(self, budget: int, ctx: int, n: int, target: float) -> int:
+        """The largest multiple of 64 in [MIN_PREFILL_BUDGET, budget) whose predicted step
+        fits ``target`` (MIN_PREFILL_BUDGET if none), given ``step(budget) > target``.  The
+        step time is monotone in the chunk (every float operation of the cost model is), so
+        bisection finds exactly that; the previous step's answer is tried first -- it is the
+        answer iff it fits (or is the minimum) and 64 more does not (or reaches the budget):
+        two evaluations where consecutive steps agree, else O(log budget) by bisection."""
+        step = self._chunk_step                  # == profile.step_s([(c, 0)], ctx, n)
+        g = self._last_shaped
+        if (MIN_PREFILL_BUDGET <= g < budget
+                and (g + 64 >= budget or step(g + 64, ctx, n) > target)
+                and (g == MIN_PREFILL_BUDGET or step(g, ctx, n) <= target)):
+            return g
         lo, hi = MIN_PREFILL_BUDGET, budget      # the largest multiple of 64 that fits (bisection)
         while hi - lo > 64:
             mid = (lo + hi) // 128 * 64
@@ -55,6 +70,7 @@ class BatchingMixin:
                 lo = mid
             else:
                 hi = mid
+        self._last_shaped = lo
         return lo
 
     def _hold_heavy_decodes(self, budget: int, n: int, ctx: int, target: float, now: float) -> DecodeHold:
@@ -63,16 +79,26 @@ class BatchingMixin:
         planned ``n`` decodes, the largest m with step(budget, m decodes of the mean
         context) <= target (bisection, O(log n)), are held -- never one twice in a row,
         so a held stream still decodes every other step.  O(active tenants) for the held set."""
-        step = self.profile.step_s
+        step = self._chunk_step                  # == profile.step_s([(c, 0)], ctx, n)
         lo, hi = 0, n
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if step([(budget, 0)], ctx * mid // n, mid) <= target:
+            if step(budget, ctx * mid // n, mid) <= target:
                 lo = mid
             else:
                 hi = mid
-        heavy = frozenset(t.name for t in self.tenants.values()
-                          if t.running and not self.under_share(t, now))
+        # the running tenants not under their share (``under_share``, inlined: the level is
+        # read, and refreshed if due, at the first running tenant, as before)
+        heavy_names: list[str] = []
+        level = None
+        tau = self.share_tau_s
+        for t in self.tenants.values():
+            if t.running:
+                if level is None:
+                    level = self._level(now)
+                if not (level > 0.0 and t.decayed_recent(now, tau) / t.weight < LIGHT_FRACTION * level):
+                    heavy_names.append(t.name)
+        heavy = frozenset(heavy_names)
         return DecodeHold(heavy, n - lo)
 
     def decode_hold(self) -> DecodeHold | None:

@@ -86,6 +86,7 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, UrgencyMixin, Poli
         self.num_queued = 0
         self.step_ewma_s = profile.step_s([], 1024, 1)
         self._chunk_step = profile.chunk_step_fn()
+        self._last_shaped = 0                   # the last shaped prefill budget (batching.py)
         self.first_service_s: float | None = None
         self.total_weight = 0.0
         self._now = 0.0
