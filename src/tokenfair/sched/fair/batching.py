@@ -52,11 +52,14 @@ class BatchingMixin:
 
     def _shaped_budget(self, budget: int, ctx: int, n: int, target: float) -> int:
         """The largest multiple of 64 in [MIN_PREFILL_BUDGET, budget) whose predicted step
-        fits ``target`` (MIN_PREFILL_BUDGET if none), given ``step(budget) > target``.  The
+        fits ``target`` (MIN_PREFILL_BUDGET if none; ``budget`` itself if it is at most
+        MIN_PREFILL_BUDGET), given ``step(budget) > target``.  The
         step time is monotone in the chunk (every float operation of the cost model is), so
         bisection finds exactly that; the previous step's answer is tried first -- it is the
         answer iff it fits (or is the minimum) and 64 more does not (or reaches the budget):
         two evaluations where consecutive steps agree, else O(log budget) by bisection."""
+        if budget <= MIN_PREFILL_BUDGET:
+            return budget                        # the floor is the whole budget: never more
         step = self._chunk_step                  # == profile.step_s([(c, 0)], ctx, n)
         g = self._last_shaped
         if (MIN_PREFILL_BUDGET <= g < budget
@@ -66,6 +69,8 @@ class BatchingMixin:
         lo, hi = MIN_PREFILL_BUDGET, budget      # the largest multiple of 64 that fits (bisection)
         while hi - lo > 64:
             mid = (lo + hi) // 128 * 64
+            if mid <= lo:                        # a budget that is not a multiple of 64
+                mid = lo + 64                    # (else mid == lo and the loop never ends)
             if step(mid, ctx, n) <= target:
                 lo = mid
             else:
