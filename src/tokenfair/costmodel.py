@@ -103,6 +103,13 @@ class Profile(BaseModel):
     def swap_s(self, tokens: int) -> float:
         return tokens * self.kv_bytes_per_token / self.swap_bandwidth
 
+    def _roofline_constants(self) -> tuple[float, ...]:
+        """``step_s``'s roofline constants, folded as Python evaluates them left to right
+        (so closures built on them give ``step_s``'s floats bit for bit)."""
+        return (2 * self.params_nonembed, 2 * self.vocab * self.hidden, 4 * self.num_layers * self.hidden,
+                2 * self.params_total, 4 * self.num_layers * self.d_kv, self.peak_flops * self.mfu,
+                self.bandwidth * self.mbu, self.overhead_s)
+
     def decode_step_fn(self) -> Callable[[int, int], float]:
         """``f(ctx, n) == self.step_s([], ctx, n)`` bit for bit -- the same float operations in
         the same order, constants folded the way Python evaluates them left to right -- without
@@ -116,12 +123,7 @@ class Profile(BaseModel):
                     t += base + seq * n + per_ctx * ctx
                 return t + overhead
             return linear
-        p2 = 2 * self.params_nonembed
-        vd2 = 2 * self.vocab * self.hidden
-        ld4 = 4 * self.num_layers * self.hidden
-        ptot2 = 2 * self.params_total
-        lkv4 = 4 * self.num_layers * self.d_kv
-        compute, memory, overhead = self.peak_flops * self.mfu, self.bandwidth * self.mbu, self.overhead_s
+        p2, vd2, ld4, ptot2, lkv4, compute, memory, overhead = self._roofline_constants()
 
         def roofline(ctx: int, n: int) -> float:
             flops = p2 * n + vd2 * n + ld4 * (0.0 + ctx)
@@ -146,12 +148,7 @@ class Profile(BaseModel):
                     t += base + seq * n + per_ctx * ctx
                 return t + overhead
             return linear
-        p2 = 2 * self.params_nonembed
-        vd2 = 2 * self.vocab * self.hidden
-        ld4 = 4 * self.num_layers * self.hidden
-        ptot2 = 2 * self.params_total
-        lkv4 = 4 * self.num_layers * self.d_kv
-        compute, memory, overhead = self.peak_flops * self.mfu, self.bandwidth * self.mbu, self.overhead_s
+        p2, vd2, ld4, ptot2, lkv4, compute, memory, overhead = self._roofline_constants()
 
         def roofline(c: int, ctx: int, n: int) -> float:
             flops = p2 * (c + n) + vd2 * (n + 1) + ld4 * (0.0 + c * (0 + c / 2) + ctx)
