@@ -27,8 +27,9 @@ def measure_serving(runner: ModelRunner, num_steps: int, rng: np.random.Generato
 
     Arrivals: a new request whenever fewer than ``mean_concurrency`` run, else with
     probability 1/8 per step (bursts and lulls); prompts log-uniform in [2, ``max_prompt``],
-    outputs log-uniform in [8, ``max_output``] (many short, a long tail), both capped by the model's positions and the KV
-    pool (a request takes at most an eighth of it).  Stops early if nothing fits."""
+    outputs log-uniform in [8, ``max_output``] (many short, a long tail), both capped by the
+    model's positions and the KV pool (a request takes at most an eighth of it).  Stops
+    early if nothing fits.  Every sequence it started is freed when it returns."""
     cfg = runner.config
     cache = runner.cache
     pool_tokens = cache.num_blocks * cache.block_size   # a request takes at most 1/8 of the pool
