@@ -12,8 +12,6 @@ requests are random (seeded), not any workload the profile is later judged on.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from .calibrate_measure import Sample, Shape
@@ -50,10 +48,7 @@ def measure_serving(runner: ModelRunner, num_steps: int, rng: np.random.Generato
             batch = driver.build_batch()
             if not batch:
                 break
-            t0 = time.perf_counter()
-            out = runner.step(batch)
-            seconds = time.perf_counter() - t0
-            _apply(driver, batch, out)
+            seconds = driver.step(batch).wall_s          # ModelRunner.step's own wall time
             prefill = tuple((len(w.token_ids), w.start_pos) for w in batch if len(w.token_ids) > 1)
             decode = tuple(w.start_pos for w in batch if len(w.token_ids) == 1)
             samples.append(Sample(Shape(prefill, decode), seconds, [seconds]))
@@ -68,14 +63,3 @@ def _log_uniform(rng: np.random.Generator, lo: int, hi: int) -> int:
     """An integer in [lo, hi], log-uniform: chat prompts are mostly short with a long tail."""
     return min(hi, int(np.exp(rng.uniform(np.log(lo), np.log(hi + 1)))))
 
-
-def _apply(driver: OfflineGenerator, batch, out) -> None:
-    """``OfflineGenerator.step``'s bookkeeping for a batch stepped (and timed) outside it."""
-    for work in batch:
-        seq = driver.seqs[work.seq_id]
-        seq.num_fed += len(work.token_ids)
-        if work.seq_id in out.sampled:
-            seq.tokens.append(out.sampled[work.seq_id])
-            if len(seq.generated) >= seq.max_new_tokens:
-                seq.finished = True
-                driver.runner.free(work.seq_id)

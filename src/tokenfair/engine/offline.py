@@ -66,8 +66,10 @@ class OfflineGenerator:
             batch.append(work)
         return batch
 
-    def step(self) -> StepOutput:
-        batch = self.build_batch()
+    def step(self, batch: list[SeqWork] | None = None) -> StepOutput:
+        """Run ``batch`` (default: ``build_batch()``; a caller that needs the batch's shape
+        builds it first) and apply its tokens."""
+        batch = self.build_batch() if batch is None else batch
         if not batch:
             raise RuntimeError("no runnable sequence fits in the KV cache")
         output = self.runner.step(batch)
