@@ -15,17 +15,11 @@ gathering every cached block in every layer (the gather was about half of attent
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 class StageBuffers:
@@ -45,7 +39,7 @@ class StageBuffers:
     def scratch(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
         """A contiguous ``shape`` view of one persistent buffer (grown when too small; the
         same memory every call, so only one user at a time: a layer's refill)."""
-        need = _numel(shape)
+        need = math.prod(shape)
         flat = self._scratch
         if flat is None or flat.numel() < need or flat.dtype != like.dtype or flat.device != like.device:
             flat = self._scratch = torch.empty(need + need // 2, dtype=like.dtype, device=like.device)
@@ -54,7 +48,7 @@ class StageBuffers:
     def take(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
         """A 1-D buffer of at least ``prod(shape)`` elements of ``like``'s dtype and device:
         the smallest spare that fits, else a new one.  Its contents are arbitrary."""
-        need = _numel(shape)
+        need = math.prod(shape)
         for i, flat in enumerate(self.spare):
             if flat.numel() >= need and flat.dtype == like.dtype and flat.device == like.device:
                 return self.spare.pop(i)
@@ -81,18 +75,18 @@ class DecodeStage:
     """
 
     def __init__(self, seq_ids: tuple[str, ...], pool: torch.Tensor, capacity: int,
-                 spares: "StageBuffers | None" = None) -> None:
+                 spares: StageBuffers | None = None) -> None:
         num_layers, _, _, _, num_kv_heads, head_dim = pool.shape
         self.seq_ids = seq_ids
         shape = (2, len(seq_ids), num_kv_heads, capacity, head_dim)
-        spares = self.spares = spares or StageBuffers(0)
+        spares = self.spares = spares if spares is not None else StageBuffers(0)
         # one buffer per layer, each filled by that layer's refill
         self._flat = [spares.take(shape, pool) for _ in range(num_layers)]
-        numel = _numel(shape)
+        numel = math.prod(shape)
         self.buf = [flat[:numel].view(shape) for flat in self._flat]
         self.lens: torch.Tensor | None = None  # tokens held per row after the last step (CPU)
 
-    def release(self, spares: "StageBuffers") -> None:
+    def release(self, spares: StageBuffers) -> None:
         """Hand the buffers to ``spares`` for a later stage; this stage must not be used again."""
         spares.give(self._flat)
         self._flat, self.buf = [], []
