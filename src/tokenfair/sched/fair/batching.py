@@ -92,18 +92,7 @@ class BatchingMixin:
                 lo = mid
             else:
                 hi = mid
-        # the running tenants not under their share (``under_share``, inlined: the level is
-        # read, and refreshed if due, at the first running tenant, as before)
-        heavy_names: list[str] = []
-        level = None
-        tau = self.share_tau_s
-        for t in self.tenants.values():
-            if t.running:
-                if level is None:
-                    level = self._level(now)
-                if not (level > 0.0 and t.decayed_recent(now, tau) / t.weight < LIGHT_FRACTION * level):
-                    heavy_names.append(t.name)
-        heavy = frozenset(heavy_names)
+        heavy = frozenset(t.name for t in self.tenants.values() if t.running and not self.under_share(t, now))
         return DecodeHold(heavy, n - lo)
 
     def decode_hold(self) -> DecodeHold | None:

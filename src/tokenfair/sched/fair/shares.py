@@ -28,11 +28,13 @@ PEAK_MARGIN = 1.25
 class SharesMixin:
     """Mixed into :class:`FairPolicy`; uses its tenants, pool, contract and counters."""
 
-    def under_share(self, t: TenantState, now: float) -> bool:
+    def under_share(self, t: TenantState, now: float, level: float | None = None) -> bool:
         """``t`` was recently served, per weight, clearly less than the most served active
         tenant (below the max-min water level): it is owed service, so the limits meant for
-        heavy tenants (one long prefill at a time, decodes giving way) do not apply.  O(1)."""
-        level = self._level(now)
+        heavy tenants (one long prefill at a time, decodes giving way) do not apply.  O(1).
+        ``level``: ``self._level(now)`` when the caller has already read it."""
+        if level is None:
+            level = self._level(now)
         return level > 0.0 and t.decayed_recent(now, self.share_tau_s) / t.weight < LIGHT_FRACTION * level
 
     def is_light(self, t: TenantState, now: float, req=None) -> bool:
@@ -41,8 +43,8 @@ class SharesMixin:
         it stays under its share (:meth:`under_share`): what it asks for is within its fair
         share, so it gets latency priority.  A tenant with a 20K-token prompt or a standing
         queue is not light merely because it has not been served yet.  O(classes)."""
-        level = self._level(now)                 # under_share(t, now), inlined (hot path)
-        if not (level > 0.0 and t.decayed_recent(now, self.share_tau_s) / t.weight < LIGHT_FRACTION * level):
+        level = self._level(now)
+        if not self.under_share(t, now, level):
             return False
         pending = sum(t.queued_cost.values())
         if req is not None and req.status is Status.RUNNING:
