@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tokenfair.bench import bench_scheduler, bench_sim
 
 
@@ -13,6 +15,7 @@ def test_bench_scheduler_small():
         assert r["policy"] == policy and r["running"] == 16 and r["median_ms_per_iteration"] > 0
 
 
+@pytest.mark.usefixtures("public_traces")
 def test_bench_sim_small():
     r = bench_sim("vtc", "fair", tenants=None, max_requests=200)
     assert r["requests"] == 200 and r["requests_per_s"] > 0 and r["peak_rss_mb"] > 0

@@ -55,6 +55,7 @@ def test_fair_exact_on_multi_tenant_scenarios(scenario):
     _assert_exact(wl, "fair", c)
 
 
+@pytest.mark.usefixtures("public_traces")
 @pytest.mark.parametrize("policy", ["fifo", "vtc", "fair"])
 def test_exact_on_a_public_trace_over_20_tenants(policy):
     wl = spread_tenants(limit(load_workload("azure:conv"), 4000), 20, seed=0)

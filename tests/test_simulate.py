@@ -41,6 +41,7 @@ def test_every_scenario_request_ends_exactly_once(name):
     assert all(r.status.is_terminal for r in res.requests)
 
 
+@pytest.mark.usefixtures("public_traces")
 def test_public_trace_replay_every_request_once():
     wl = slice_time(load_workload("vtc"), 0, 120)
     res = simulate_once(wl, "fair", parse_contract({}), load_profile("vtc-a10g-llama2-7b"))
@@ -119,6 +120,7 @@ def test_cli_bad_inputs_exit_2(tmp_path):
     assert res.returncode == 2 and "chunk_size must be <= prefill_token_budget" in res.stderr
 
 
+@pytest.mark.usefixtures("public_traces")
 def test_cli_slices_scales_and_spreads_a_public_trace(tmp_path):
     res = _run_cli("simulate", "azure:conv", "--start-s", "600", "--end-s", "660", "--rate-scale", "2",
                    "--spread-tenants", "4", "--no-isolated", "--out", str(tmp_path))

@@ -12,6 +12,8 @@ from tokenfair.costmodel import load_profile
 from tokenfair.sim.simulate import simulate
 from tokenfair.traces import limit, load_workload
 
+pytestmark = pytest.mark.usefixtures("public_traces")
+
 TRACES = ["azure:code", "azure:conv", "azure", "mooncake", "mooncake:synthetic", "vtc", "servegen"]
 
 

@@ -22,11 +22,8 @@ from tokenfair.workload import TraceRow, Workload, WorkloadError
 
 
 @pytest.fixture(scope="module")
-def root() -> Path:
-    try:
-        return find_traces_dir()
-    except WorkloadError:
-        pytest.skip("public traces (shared/traces) not available")
+def root(public_traces) -> Path:
+    return public_traces
 
 
 def check_invariants(wl: Workload) -> None:
