@@ -163,3 +163,39 @@ def test_stage_starts_on_a_steady_group_and_is_dropped_when_a_member_leaves(load
     pos["s2"] = len(prompts["s2"]) + 3
     decode(ids)
     assert all(st.lens.tolist() == [pos[s] for s in st.seq_ids] for st in runner._stages.values())
+
+
+def test_prefill_rows_are_bucketed_so_padding_stays_small():
+    # decodes (q == 1) are not prefill rows; the last row is a chunk over cached context
+    q = torch.tensor([1, 514, 713, 105, 6, 1, 300, 300, 20])
+    k = torch.tensor([40, 514, 713, 105, 6, 90, 300, 300, 60])
+    buckets = ModelRunner._prefill_buckets(q, k, q == 1)
+    assert sorted(i for b in buckets for i in b.tolist()) == [1, 2, 3, 4, 6, 7, 8]  # each exactly once
+    groups = {frozenset(b.tolist()) for b in buckets}
+    assert {frozenset({1}), frozenset({2}), frozenset({3}), frozenset({6, 7}), frozenset({4, 8})} == groups
+    for b in buckets:  # padded query-key pairs over the rows' own: at most 64 x 64
+        padded = len(b) * int(q[b].max()) * int(k[b].max())
+        assert padded - int((q[b] * k[b]).sum()) <= 64 * 64
+
+
+def test_whole_prompts_attend_causally_to_their_own_keys(loaded):
+    gen = torch.Generator().manual_seed(0)
+    prompts = {f"p{n}_{i}": torch.randint(3, loaded.config.vocab_size, (n,), generator=gen).tolist()
+               for i, n in enumerate([120, 80, 80, 20])}
+    runner = ModelRunner(build_model(loaded), num_blocks=128, block_size=4, keep_logits=True)
+    seen = []
+    prepare = runner._prepare
+    runner._prepare = lambda batch: seen.append(prepare(batch)) or seen[-1]
+    out = runner.step([SeqWork(s, p, 0, True) for s, p in prompts.items()])
+    groups = seen[0][2].groups
+    assert [int(g.query_valid.shape[0]) for g in groups] == [1, 2, 1]  # 120 | 80, 80 | 20
+    assert all(g.causal and g.mask.numel() == 0 for g in groups)
+    # the same prompts after a one-token cached prefix take the masked gather path
+    masked = ModelRunner(build_model(loaded), num_blocks=128, block_size=4, keep_logits=True)
+    masked.step([SeqWork(s, p[:1], 0, False) for s, p in prompts.items()])
+    seen.clear()
+    masked._prepare = lambda batch: seen.append(prepare.__func__(masked, batch)) or seen[-1]
+    ref = masked.step([SeqWork(s, p[1:], 1, True) for s, p in prompts.items()])
+    assert not any(g.causal for g in seen[0][2].groups)
+    torch.testing.assert_close(out.logits, ref.logits, atol=1e-5, rtol=1e-5)
+    assert out.sampled == ref.sampled

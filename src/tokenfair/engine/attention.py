@@ -135,6 +135,9 @@ class AttentionGroup:
     ``valid_rows`` = ``token_index[query_valid]``.  ``dense_start >= 0`` says the group's
     queries are exactly rows ``dense_start .. dense_start + S*Q`` in order (no padding; e.g.
     a decode-only group), so they are sliced instead of gathered and scattered.
+    ``causal``: dense rows of sequences whose queries are their whole, equal-length context
+    (prompts' first chunks): their keys are this step's own K/V, and SDPA's causal mask
+    replaces ``mask`` (then ``[1, 1, 0, 0]``), skipping the masked half.
     """
 
     token_index: torch.Tensor  # [S, Q] long
@@ -144,11 +147,13 @@ class AttentionGroup:
     valid_rows: torch.Tensor  # [num valid queries] long
     dense_start: int = -1
     stage: StagePlan | None = None  # decode groups only
+    causal: bool = False
+    num_keys: int = 0  # keys attended: the group's longest context
 
     def to(self, device: torch.device) -> "AttentionGroup":
         tensors = (self.token_index, self.query_valid, self.block_tables, self.mask, self.valid_rows)
         stage = None if self.stage is None else self.stage.to(device)
-        return AttentionGroup(*(t.to(device) for t in tensors), self.dense_start, stage)
+        return AttentionGroup(*(t.to(device) for t in tensors), self.dense_start, stage, self.causal, self.num_keys)
 
 
 @dataclass(frozen=True)
@@ -179,17 +184,20 @@ def build_attention_group(
     offsets = torch.arange(max_query_len)
     query_valid = offsets[None, :] < query_lens[:, None]
     token_index = torch.where(query_valid, query_starts[:, None] + offsets[None, :], 0)
-    query_pos = (context_lens - query_lens)[:, None] + offsets[None, :]  # [S, Q]
-    key_pos = torch.arange(max_context)
-    mask = key_pos[None, None, :] <= query_pos[:, :, None]
-    # Padding query rows attend to position 0 only so softmax stays finite; they are dropped.
-    mask = torch.where(query_valid[:, :, None], mask, key_pos[None, None, :] == 0)
     valid_rows = token_index[query_valid]
     dense_start = -1
     if bool(query_valid.all()):
         start = int(token_index[0, 0])
         if torch.equal(valid_rows, torch.arange(start, start + valid_rows.numel())):
             dense_start = start
+    if 1 < max_query_len == max_context and bool((context_lens == max_query_len).all()) and dense_start >= 0:
+        return AttentionGroup(token_index, query_valid, block_tables, torch.zeros(1, 1, 0, 0), valid_rows,
+                              dense_start, causal=True, num_keys=max_context)
+    query_pos = (context_lens - query_lens)[:, None] + offsets[None, :]  # [S, Q]
+    key_pos = torch.arange(max_context)
+    mask = key_pos[None, None, :] <= query_pos[:, :, None]
+    # Padding query rows attend to position 0 only so softmax stays finite; they are dropped.
+    mask = torch.where(query_valid[:, :, None], mask, key_pos[None, None, :] == 0)
     return AttentionGroup(
         token_index=token_index,
         query_valid=query_valid,
@@ -197,6 +205,7 @@ def build_attention_group(
         mask=torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))[:, None, :, :],
         valid_rows=valid_rows,
         dense_start=dense_start,
+        num_keys=max_context,
     )
 
 
@@ -213,8 +222,13 @@ def _group_kv(group: AttentionGroup, new_kv: torch.Tensor, kv_layer: torch.Tenso
     this step's, ``[2, T, kv_heads, head_dim]``, already in ``kv_layer``)."""
     num_seqs, max_blocks = group.block_tables.shape
     _, _, block_size, num_kv_heads, head_dim = kv_layer.shape
-    length, num_keys = max_blocks * block_size, group.mask.shape[-1]
+    length, num_keys = max_blocks * block_size, group.num_keys
     plan = group.stage
+    if group.causal:  # whole prompts: their keys are this step's
+        start = group.dense_start
+        rows = new_kv[:, start:start + num_seqs * num_keys].to(kv_layer.dtype)
+        rows = rows.view(2, num_seqs, num_keys, num_kv_heads, head_dim)
+        return rows[0].transpose(1, 2), rows[1].transpose(1, 2)
     if plan is None:
         blocks = group.block_tables.reshape(-1)
         return tuple(kv_layer[kv].index_select(0, blocks).view(num_seqs, length, num_kv_heads, head_dim)
@@ -265,11 +279,13 @@ def paged_attention(
             q = query[start:start + num_seqs * num_queries].view(num_seqs, num_queries, num_heads, head_dim)
         else:
             q = query[group.token_index]  # [S, Q, H, D]
+        mask = None if group.causal else group.mask if group.mask.dtype == keys.dtype else group.mask.to(keys.dtype)
         attended = F.scaled_dot_product_attention(
             q.transpose(1, 2).to(keys.dtype),
             keys,
             values,
-            attn_mask=group.mask if group.mask.dtype == keys.dtype else group.mask.to(keys.dtype),
+            attn_mask=mask,
+            is_causal=group.causal,
             scale=scale,
             enable_gqa=num_heads != num_kv_heads,
         ).transpose(1, 2)  # [S, Q, H, D]
