@@ -129,6 +129,8 @@ def fidelity(workload: str = typer.Argument(..., help="built-in scenario, public
              calibrate_first: bool = typer.Option(False, "--calibrate",
                                                   help="fit the profile right before the run, in the same process "
                                                        "(same machine load); replaces --profile"),
+             repeat: int = typer.Option(1, help="replay on the real engine N times and report how far the "
+                                                "runs are from each other (the noise floor)"),
              json_out: bool = typer.Option(False, "--json", help="print the result as JSON")) -> None:
     """Run a workload on the real engine and in the simulator; report per-request TTFT / e2e
     error and per-tenant share error."""
@@ -139,6 +141,8 @@ def fidelity(workload: str = typer.Argument(..., help="built-in scenario, public
         c = resolve_contract(contract, default_contract)
         prof = _load_profile(profile)
         make_policy(policy)
+        if repeat < 1:
+            raise ValueError(f"--repeat must be >= 1, got {repeat}")
         dt = _dtype(dtype)
         from .engine.real import DEFAULT_BLOCK_SIZE, load_model, prepare_workload
         prepare_workload(wl, max_requests, time_scale)
@@ -158,7 +162,7 @@ def fidelity(workload: str = typer.Argument(..., help="built-in scenario, public
         cal_kwargs["num_blocks"] = num_blocks
     res = run_fidelity(wl, policy, c, loaded, prof, out_dir=out, max_requests=max_requests, time_scale=time_scale,
                        num_threads=threads, num_blocks=num_blocks, seed=seed, dtype=dt,
-                       calibrate_first=calibrate_first, calibrate_kwargs=cal_kwargs)
+                       calibrate_first=calibrate_first, calibrate_kwargs=cal_kwargs, repeats=repeat)
     res.pop("_real", None)
     if json_out:
         typer.echo(json.dumps({k: v for k, v in res.items() if k != "requests"}, indent=2))

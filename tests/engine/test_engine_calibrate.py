@@ -14,7 +14,7 @@ from tokenfair import cli_engine
 from tokenfair.contract import Contract, EngineBudgets
 from tokenfair.costmodel import Profile, load_profile
 from tokenfair.engine.calibrate import COEFFS, Sample, Shape, calibrate, default_grid, fit_linear
-from tokenfair.engine.fidelity import compare, fidelity, fidelity_table, progress_shares
+from tokenfair.engine.fidelity import compare, fidelity, fidelity_table, progress_shares, repeat_report
 from tokenfair.workload import TraceRow, Workload
 
 
@@ -151,8 +151,14 @@ def test_fidelity_matches_requests_and_reports_errors(tiny_llama, quick_cal, tmp
     contract = Contract(engine=EngineBudgets(prefill_token_budget=32, decode_token_budget=16, chunk_size=16,
                                              max_running=8))
     res = fidelity(_small_workload(), "fair", contract, str(tiny_llama[0]), cal.profile, out_dir=tmp_path,
-                   num_threads=1, num_blocks=64)
+                   num_threads=1, num_blocks=64, repeats=2)
     assert res["matched_finished"] == 10 and res["status_mismatches"] == 0
+    rep = res["repeat"]  # the real run replayed twice: one pair, the simulator against both
+    assert rep["runs"] == 2 and rep["requests"] == 10
+    assert [p["runs"] for p in rep["real_vs_real"]] == [[1, 2]] and len(rep["sim_vs_real"]) == 2
+    assert rep["sim_vs_real"][0]["ttft"] == pytest.approx(res["ttft_ape"]["median"])
+    assert "the real run repeated 2 times" in fidelity_table(res)
+    assert len((tmp_path / "real2" / "requests.jsonl").read_text().splitlines()) == 10
     for key in ("ttft_ape", "e2e_ape"):
         assert res[key]["median"] is not None and res[key]["median"] >= 0
     assert set(res["tenant_share"]) == {"a", "b"}
@@ -186,6 +192,23 @@ def test_fidelity_can_calibrate_right_before_the_run(tiny_llama, tmp_path):
     assert res["profile"] == prof.name and res["matched_finished"] == 6
     assert res["_real"].profile.num_blocks == 64  # the run's own KV geometry, not the calibration's
     assert "calibrated just before the run" in fidelity_table(res)
+
+
+def test_repeat_report_measures_real_runs_against_each_other_and_the_median():
+    from types import SimpleNamespace
+
+    def recs(ttfts, e2e_scale=10.0, unfinished=()):
+        return [{"request_id": str(i), "arrival_s": 1.0, "first_token_s": 1.0 + t, "finish_s": 1.0 + e2e_scale * t,
+                 "status": "failed" if i in unfinished else "finished"} for i, t in enumerate(ttfts)]
+
+    reals = [SimpleNamespace(records=recs(t)) for t in ([1.0, 2.0, 4.0], [1.0, 2.0, 4.0], [2.0, 4.0, 8.0])]
+    rep = repeat_report(reals, recs([1.5, 3.0, 6.0], unfinished=(2,)))
+    assert rep["runs"] == 3 and rep["requests"] == 2  # request 2 did not finish in the simulator
+    assert [p["runs"] for p in rep["real_vs_real"]] == [[1, 2], [1, 3], [2, 3]]
+    assert rep["real_vs_real"][0] == {"runs": [1, 2], "ttft": 0.0, "e2e": 0.0}
+    assert rep["real_vs_real"][1]["ttft"] == pytest.approx(1.0)  # run 3 is twice run 1
+    assert [e["ttft"] for e in rep["sim_vs_real"]] == pytest.approx([0.5, 0.5, 0.25])
+    assert rep["sim_vs_real_median"] == {"ttft": pytest.approx(0.5), "e2e": pytest.approx(0.5)}  # median = run 1
 
 
 def test_compare_is_exact_on_identical_runs():
@@ -226,6 +249,8 @@ def test_cli_user_errors_exit_2(app, tmp_path):
     assert res.exit_code == 2 and "dtype" in res.output
     res = r.invoke(app, ["fidelity", "hol", "--profile", str(tmp_path / "missing.yaml")])
     assert res.exit_code == 2
+    res = r.invoke(app, ["fidelity", "hol", "--repeat", "0"])
+    assert res.exit_code == 2 and "--repeat" in res.output
 
 
 def test_cli_run_and_bench_on_tiny_model(app, tiny_llama, tmp_path):

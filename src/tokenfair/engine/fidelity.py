@@ -127,10 +127,42 @@ def compare(real_records: list[dict], real_timeline: dict, real_summary: dict,
     }
 
 
+def _latencies(records: list[dict]) -> dict[str, tuple[float, float]]:
+    return {r["request_id"]: (r["first_token_s"] - r["arrival_s"], r["finish_s"] - r["arrival_s"])
+            for r in records if r["status"] == "finished"}
+
+
+def _median_ape(pairs: list[tuple[float, float]]) -> float | None:
+    return float(np.median([_ape(a, b) for a, b in pairs])) if pairs else None
+
+
+def repeat_report(reals: list[RealOutput], sim_records: list[dict]) -> dict:
+    """How far the real engine is from *itself*: the same workload replayed ``len(reals)``
+    times.  Per-request median |err| of TTFT / e2e for every pair of real runs (the noise
+    floor no simulator can beat against a single run), of the simulator against each real run,
+    and of the simulator against each request's median over the real runs (requests finished
+    in every run)."""
+    runs = [_latencies(r.records) for r in reals]
+    sim = _latencies(sim_records)
+    ids = [i for i in runs[0] if i in sim and all(i in run for run in runs)]
+
+    def errors(a: dict, b: dict) -> dict:
+        return {"ttft": _median_ape([(a[i][0], b[i][0]) for i in ids]),
+                "e2e": _median_ape([(a[i][1], b[i][1]) for i in ids])}
+
+    median = {i: tuple(float(np.median([run[i][m] for run in runs])) for m in (0, 1)) for i in ids}
+    pairs = [(j, k) for j in range(len(runs)) for k in range(j + 1, len(runs))]
+    return {"runs": len(runs), "requests": len(ids),
+            "real_vs_real": [{"runs": [j + 1, k + 1], **errors(runs[j], runs[k])} for j, k in pairs],
+            "sim_vs_real": [errors(run, sim) for run in runs],
+            "sim_vs_real_median": errors(median, sim)}
+
+
 def fidelity(workload, policy: str, contract: Contract, model_spec="default", profile: Profile | None = None, *,
              out_dir: str | Path | None = None, max_requests: int | None = None, time_scale: float = 1.0,
              num_threads: int = 2, num_blocks: int | None = None, seed: int = 0, dtype=None,
-             calibrate_first: bool = False, calibrate_kwargs: dict | None = None, progress=None) -> dict:
+             calibrate_first: bool = False, calibrate_kwargs: dict | None = None, progress=None,
+             repeats: int = 1) -> dict:
     """Run ``workload`` on the real engine, then simulate the identical (limited, scaled)
     workload with the profile the real run used; return :func:`compare`'s dict (plus the
     real output under ``"_real"``, not JSON).  Writes ``out_dir/{real,sim}/`` and
@@ -138,17 +170,23 @@ def fidelity(workload, policy: str, contract: Contract, model_spec="default", pr
 
     ``calibrate_first`` fits the profile on this machine immediately before the real run, in
     the same process and threads (``calibrate_kwargs`` go to ``calibrate``), so the real
-    run and the profile see the same machine load; it replaces ``profile``."""
+    run and the profile see the same machine load; it replaces ``profile``.
+    ``repeats > 1`` replays the workload that many times on a fresh engine each
+    (``out_dir/real2/``, ...) and adds :func:`repeat_report` under ``"repeat"``; the other
+    figures compare the simulator with the first real run."""
     import json
 
     import torch
 
+    from .real import load_model
+
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    model_spec = load_model(model_spec)
     calibration = None
     if calibrate_first:
         from .calibrate import calibrate
-        from .real import load_model
 
-        model_spec = load_model(model_spec)
         cal = calibrate(model_spec, num_threads=num_threads, dtype=dtype or torch.float32, seed=seed,
                         **(calibrate_kwargs or {}))
         profile = cal.profile
@@ -156,14 +194,19 @@ def fidelity(workload, policy: str, contract: Contract, model_spec="default", pr
                        "coefficients": {k: getattr(profile, k) for k in COEFFS}}
         if out_dir is not None:
             write_profile(cal, Path(out_dir) / "profile.yaml", source=model_spec.source, num_threads=num_threads)
-    real: RealOutput = run_real(workload, policy, contract, model_spec, profile=profile, num_threads=num_threads,
-                                max_requests=max_requests, time_scale=time_scale, num_blocks=num_blocks,
-                                seed=seed, dtype=dtype or torch.float32, progress=progress,
-                                out_dir=None if out_dir is None else Path(out_dir) / "real")
+    reals: list[RealOutput] = [
+        run_real(workload, policy, contract, model_spec, profile=profile, num_threads=num_threads,
+                 max_requests=max_requests, time_scale=time_scale, num_blocks=num_blocks, seed=seed,
+                 dtype=dtype or torch.float32, progress=progress,
+                 out_dir=None if out_dir is None else Path(out_dir) / ("real" if i == 0 else f"real{i + 1}"))
+        for i in range(repeats)]
+    real = reals[0]
     sim = simulate(real.workload, policy, contract, real.profile, isolated=False)
     if out_dir is not None:
         write_run(Path(out_dir) / "sim", sim.records, sim.summary, sim.timeline)
     res = compare(real.records, real.timeline, real.summary, sim.records, sim.timeline, sim.summary)
+    if repeats > 1:
+        res["repeat"] = repeat_report(reals, sim.records)
     res["step_model"] = step_model_error(real.engine.step_log, real.profile)
     res.update({"policy": policy, "workload": real.workload.name, "profile": real.profile.name,
                 "requests_total": len(real.records), "num_threads": num_threads,
@@ -193,6 +236,15 @@ def fidelity_table(res: dict) -> str:
     if sm and sm["steps"]:
         lines.append(f"  step-time model over {sm['steps']} real steps: median |err| {pct(sm['median_ape'])}, "
                      f"p90 {pct(sm['p90_ape'])}, measured/predicted {num(sm['bias'])}")
+    rep = res.get("repeat")
+    if rep:
+        def both(errs):
+            return (" / ".join(pct(e["ttft"]) for e in errs), " / ".join(pct(e["e2e"]) for e in errs))
+        lines += [f"  the real run repeated {rep['runs']} times ({rep['requests']} requests finished in all):",
+                  "    real vs real (every pair)  TTFT |err| median {}  e2e {}".format(*both(rep["real_vs_real"])),
+                  "    sim vs each real run       TTFT |err| median {}  e2e {}".format(*both(rep["sim_vs_real"])),
+                  "    sim vs per-request median  TTFT |err| median {}  e2e {}".format(
+                      *both([rep["sim_vs_real_median"]]))]
     lines.append(f"  share of the first 25/50/75/100% of service (real | sim), max |err| "
                  f"{pct(res['max_share_error'])}:")
     for t, v in res["tenant_share"].items():
