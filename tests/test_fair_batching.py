@@ -1,7 +1,5 @@
 """Layer 4 of the fair policy: who is light, light prefills first, heavy decodes give way."""
 
-import pytest
-
 import tokenfair.sched.fair.batching as batching
 from tokenfair.contract import parse_contract
 from tokenfair.costmodel import Profile

@@ -236,7 +236,7 @@ def test_tokenfair_format_and_servegen_bad_rows(tmp_path):
     d = tmp_path / "sg"
     d.mkdir()
     (d / "chunk-3-trace.csv").write_text("0,5,1,Gamma,1,0.2\n600,5,1,Poisson,1,1\n1200,5,1,,0,0\n")
-    with pytest.raises(WorkloadError, match=re.escape(f"chunk-3-trace.csv:2: field 'distribution'")):
+    with pytest.raises(WorkloadError, match=re.escape("chunk-3-trace.csv:2: field 'distribution'")):
         generate_servegen(d, duration_s=60, seed=0)
     wl = load_workload(str(d), duration_s=60, skip_bad_rows=True)
     assert wl.tenants == ["c03"] and len(wl.skipped) == 1 and wl.skipped[0].line == 2

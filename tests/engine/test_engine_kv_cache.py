@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from tokenfair.engine.kv_cache import CacheFullError, PagedKVCache
 
