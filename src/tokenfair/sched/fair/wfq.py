@@ -96,23 +96,46 @@ class VirtualTimeWFQ:
         the one of those preferred tenants with the least ``among(t)`` (O(look log T))."""
         if prefer is None:
             return self._pick(blocked)
+        if among is not None:
+            return self._pick_among(blocked, prefer, look, among)
         first = self._pick(blocked)
-        if first is None or (among is None and prefer(first)):
+        if first is None or prefer(first):
             return first
-        liked = [first] if prefer(first) else []
         seen = {first.name}
         for _ in range(look - 1):
             t = self._pick(blocked | seen)
             if t is None:
                 break
             if prefer(t):
-                if among is None:
-                    return t
-                liked.append(t)
+                return t
             seen.add(t.name)
-        if liked:
-            return min(liked, key=among) if among is not None else liked[0]
         return first
+
+    def _pick_among(self, blocked: set[str], prefer, look: int, among) -> TenantState | None:
+        """``pick`` with ``among``: the ``look`` least backlogged tenants not in ``blocked``,
+        popped in one pass and pushed back (what ``look`` calls of ``_pick``, each skipping
+        the ones found before, pop, drop and restore; V moves only at the first live entry,
+        as there), then the preferred one with the least ``among``, else the least.
+        O(look log T) heap operations."""
+        heap = self._heap
+        popped = []
+        found: list[TenantState] = []
+        while heap and len(found) < look:
+            _, _, stamp, t = heap[0]
+            if t.num_waiting == 0 or stamp != t.stamp:
+                heapq.heappop(heap)        # stale entry
+                continue
+            if not popped and t.vtime > self.vnow:
+                self.vnow = t.vtime        # V, monotone
+            popped.append(heapq.heappop(heap))
+            if t.name not in blocked:
+                found.append(t)
+        for e in popped:
+            heapq.heappush(heap, e)
+        if not found:
+            return None
+        liked = [t for t in found if prefer(t)]
+        return min(liked, key=among) if liked else found[0]
 
     def _pick(self, blocked: set[str]) -> TenantState | None:
         heap = self._heap
