@@ -7,7 +7,8 @@ leading run of surely-decoding requests is found with a few C-level index scans,
 the token budget and the free KV blocks cover all of them no eviction can happen and their
 order does not matter: they are scheduled with comprehensions instead of one by one.  The
 per-request loop in ``IterationScheduler._schedule_running`` takes over after them, and
-takes everything when a condition fails -- the result is the same either way.
+takes everything when a condition fails -- the result is the same either way.  A decode
+hold (``Policy.decode_hold``) is applied to them as the loop would, request by request.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from operator import attrgetter
 from ..kv import BlockPool
 from ..request import Request, Status
 from .interface import SchedulerOutput
-from .policy import Budget
+from .policy import Budget, DecodeHold
 
 _num_computed = attrgetter("num_computed")
 
@@ -38,26 +39,45 @@ def leading_decodes(running: list[Request], hint: list[Request] | None) -> int:
 
 
 def bulk_decodes(running: list[Request], pool: BlockPool, out: SchedulerOutput, budget: Budget,
-                 m: int) -> tuple[int, int]:
+                 m: int, hold: DecodeHold | None = None, step_no: int = 0) -> tuple[int, int, int, int]:
     """Schedule the ``m`` leading running requests (all decoding) at once when the budget and
-    the free blocks cover them all: (how many were scheduled, their context sum); (0, 0)
-    leaves them to the per-request loop.  O(m) in comprehensions; a request whose context
-    fills its last block gets one more (``pool.held`` kept)."""
-    if m > (budget.prefill_left if budget.shared else budget.decode_left):
-        return 0, 0
+    the free blocks cover them all: (how many were passed, the scheduled ones' context sum,
+    how many were held, the held ones' context sum); all 0 leaves them to the per-request
+    loop, untouched.  With a ``hold``, the first ones in running order that the loop would
+    hold (a held tenant's, not held in step ``step_no - 1``, up to ``hold.num_to_hold``) are
+    held exactly as it would.  O(m) in comprehensions; a request whose context fills its last
+    block gets one more (``pool.held`` kept)."""
     decs = running[:m]
+    held_now: list[Request] = []
+    if hold is not None and hold.num_to_hold > 0:
+        tenants, prev, cap = hold.tenants, step_no - 1, hold.num_to_hold
+        for r in decs:
+            if r.tenant in tenants and r.last_held_step != prev:
+                held_now.append(r)
+                if len(held_now) == cap:
+                    break
+        if held_now:
+            skip = set(held_now)
+            decs = [r for r in decs if r not in skip]
+    n = len(decs)
+    if n > (budget.prefill_left if budget.shared else budget.decode_left):
+        return 0, 0, 0, 0
     bs = pool.block_size
     crossing = [r for r in decs if r.num_computed >= r.blocks * bs]
     if len(crossing) > pool.num_free:
-        return 0, 0
+        return 0, 0, 0, 0
+    for r in held_now:
+        r.last_held_step = step_no
+    if held_now:
+        hold.num_to_hold -= len(held_now)
     held = pool.held
     for r in crossing:
         r.blocks += 1
         held[r.tenant] += 1
     pool.num_free -= len(crossing)
     if budget.shared:
-        budget.prefill_left -= m
+        budget.prefill_left -= n
     else:
-        budget.decode_left -= m
+        budget.decode_left -= n
     out.decode.extend(decs)
-    return m, sum(map(_num_computed, decs))
+    return m, sum(map(_num_computed, decs)), len(held_now), sum(map(_num_computed, held_now))

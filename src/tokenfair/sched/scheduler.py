@@ -140,8 +140,8 @@ class IterationScheduler(AdmitMixin):
         held = hold.tenants if hold is not None else None
         step_no = self.num_steps
         num_held = ctx_held = 0
-        if bulk and hold is None:             # a hold is decided request by request
-            i, ctx_sum = bulk_decodes(running, pool, out, budget, bulk)
+        if bulk:
+            i, ctx_sum, num_held, ctx_held = bulk_decodes(running, pool, out, budget, bulk, hold, step_no)
             kept.extend(running[:i])
         n_running = len(running)
         while i < n_running:
