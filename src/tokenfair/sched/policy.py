@@ -145,8 +145,9 @@ class Policy:
         ``sim/fastforward.py``): leave the policy exactly as ``on_decoded`` + ``on_step_end`` per
         step would.  ``end_last=False``: the last step's ``on_step_end`` is left to the caller
         (requests finish in between).  ``tenant_counts``, when given: ``reqs`` per tenant, in
-        order of first appearance in ``reqs`` (what counting them would give; the caller has
-        counted them already).  Default: replay step by step, O(len(reqs)) per step."""
+        no particular order (the caller keeps them across a run's segments): use them name
+        by name, or sum them only where the sum is exact in any order.  Default: replay
+        step by step, O(len(reqs)) per step."""
         cls = type(self)
         if (cls.on_decoded is Policy.on_decoded and cls.on_served is Policy.on_served
                 and cls.on_step_end is Policy.on_step_end):

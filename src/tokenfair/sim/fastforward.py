@@ -79,18 +79,43 @@ def fast_forward(sched, engine, recorder, now: float, next_arrival: float) -> fl
         return now
     t = now
     first = True
+    counts = None                         # running requests per tenant / class, kept across segments
     while sched.running and next_arrival > t:
-        t, steps, finished = _segment(sched, engine, recorder, t, next_arrival, first)
+        t, steps, finished, counts = _segment(sched, engine, recorder, t, next_arrival, first, counts)
         first = first and not steps
         if not finished:
             break                         # stopped by the arrival or the KV pool
     return t
 
 
-def _segment(sched, engine, recorder, now: float, next_arrival: float,
-             first: bool) -> tuple[float, int, bool]:
+def _counts(running) -> tuple[dict[str, int], dict[str, int]]:
+    """Requests per tenant and per class: O(n)."""
+    tenants: dict[str, int] = {}
+    classes: dict[str, int] = {}
+    for r in running:
+        tenants[r.tenant] = tenants.get(r.tenant, 0) + 1
+        classes[r.klass] = classes.get(r.klass, 0) + 1
+    return tenants, classes
+
+
+def _without(counts: tuple[dict[str, int], dict[str, int]], gone) -> tuple[dict[str, int], dict[str, int]]:
+    """``counts`` less the requests ``gone`` (new dicts; names down to 0 dropped): O(gone)."""
+    tenants, classes = dict(counts[0]), dict(counts[1])
+    for r in gone:
+        for d, name in ((tenants, r.tenant), (classes, r.klass)):
+            if d[name] == 1:
+                del d[name]
+            else:
+                d[name] -= 1
+    return tenants, classes
+
+
+def _segment(sched, engine, recorder, now: float, next_arrival: float, first: bool,
+             counts=None) -> tuple[float, int, bool, tuple | None]:
     """One segment: the steps up to the next finishing one (or fewer); (end time, steps
-    applied, did it end with the finishing step?).
+    applied, did it end with the finishing step?, the running requests per tenant / class
+    after it).  ``counts``: those of ``sched.running`` now (None: count them; the
+    policy and the recorder read them per name, in no particular order).
     O(n) in a few passes, plus O(n log k) when the pool is nearly full."""
     running = sched.running
     pool = sched.pool
@@ -100,7 +125,7 @@ def _segment(sched, engine, recorder, now: float, next_arrival: float,
     gaps = [stop_at[r] - r.num_output for r in running]   # steps until each one stops
     k_fin = min(gaps)
     if k_fin < 1:
-        return now, 0, False
+        return now, 0, False, counts
     ctx = sum(map(_num_computed, running))
     free0 = pool.num_free
     k_max = k_fin if n * (k_fin // bs + 1) <= free0 else _kv_bound(running, free0, bs, k_fin)
@@ -117,13 +142,12 @@ def _segment(sched, engine, recorder, now: float, next_arrival: float,
         durations.append(dt)
     k = len(ends)
     if k == 0:
-        return now, 0, False
+        return now, 0, False, counts
     policy = sched.policy
     if first:                             # as the first step's schedule() does (see above)
         policy.prefill_budget(sched.step_stats, now)
     usage_after = _usage_after(running, pool, ends, recorder.bucket_s)
-    tenants: dict[str, int] = {}
-    classes: dict[str, int] = {}
+    tenants, classes = counts = counts or _counts(running)
     grown = 0
     held = pool.held
     for r in running:
@@ -135,8 +159,6 @@ def _segment(sched, engine, recorder, now: float, next_arrival: float,
             grown += nb - r.blocks
             held[r.tenant] += nb - r.blocks
             r.blocks = nb
-        tenants[r.tenant] = tenants.get(r.tenant, 0) + 1
-        classes[r.klass] = classes.get(r.klass, 0) + 1
     pool.num_free -= grown
     finishing = k == k_fin
     policy.on_fast_forward(running, now, ends, durations, end_last=not finishing, tenant_counts=tenants)
@@ -153,11 +175,12 @@ def _segment(sched, engine, recorder, now: float, next_arrival: float,
         for r in done + at_max:           # as SimEngine.execute forgets what ends
             engine.forget(r)
         sched.ended = []
+        counts = _without(counts, [r for r in ending if r.status is not Status.RUNNING])
     recorder.record_run(tenants, classes, ends, durations, usage_after, len(sched.running))
     sched.step_stats = (n, ctx + (k - 1) * n, [])
     sched.num_steps += k                  # as k schedule() calls would (numbers decode holds)
     sched.maybe_prefilling = []           # every running request decodes
-    return t, k, finishing
+    return t, k, finishing, counts
 
 
 def _usage_after(running, pool, ends: list[float], bucket_s: float):

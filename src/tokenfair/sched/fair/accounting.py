@@ -122,7 +122,7 @@ class AccountingMixin:
             req.used_cost = used
         served = [(tenants[name], wd * cnt) for name, cnt in per_tenant.items()]
         served_total = 0.0
-        for _, s in served:
+        for _, s in served:                    # integer-valued: the same sum in any order
             served_total += s
         class_recent = self.class_recent
         per_class: dict[str, int] = {}
