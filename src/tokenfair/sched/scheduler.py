@@ -261,7 +261,8 @@ class IterationScheduler(AdmitMixin):
                 self._end(req, Status.FINISHED, "max_tokens", now)
         if done:
             # every running request is RUNNING (invariant) and _end just ended these
-            self.running = [r for r in self.running if r.status is Status.RUNNING]
+            running = Status.RUNNING        # a local: Python 3.11 does not cache class attributes
+            self.running = [r for r in self.running if r.status is running]
             for req in done:
                 self.pool.release(req)
 
