@@ -92,7 +92,9 @@ class BatchingMixin:
                 lo = mid
             else:
                 hi = mid
-        heavy = frozenset(t.name for t in self.tenants.values() if t.running and not self.under_share(t, now))
+        level = self._level(now)                 # read already (is_light found the light prefill)
+        heavy = frozenset(t.name for t in self.tenants.values()
+                          if t.running and not self.under_share(t, now, level))
         return DecodeHold(heavy, n - lo)
 
     def decode_hold(self) -> DecodeHold | None:
