@@ -98,12 +98,14 @@ class Request:
 
     @property
     def in_prefill(self) -> bool:
-        return self.num_output == 0 or self.num_tokens - self.num_computed > 1
+        # num_tokens spelled out: these two run on every scheduler step (Python 3.11 calls
+        # a property through a frame)
+        return self.num_output == 0 or self.prompt_tokens + self.num_output - self.num_computed > 1
 
     @property
     def num_uncomputed(self) -> int:
         """Tokens to feed before the next token can be sampled (1 while decoding)."""
-        return self.num_tokens - self.num_computed
+        return self.prompt_tokens + self.num_output - self.num_computed
 
     @property
     def predicted_remaining(self) -> int:
