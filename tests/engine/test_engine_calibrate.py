@@ -14,7 +14,8 @@ from tokenfair import cli_engine
 from tokenfair.contract import Contract, EngineBudgets
 from tokenfair.costmodel import Profile, load_profile
 from tokenfair.engine.calibrate import COEFFS, Sample, Shape, calibrate, default_grid, fit_linear
-from tokenfair.engine.fidelity import compare, fidelity, fidelity_table, progress_shares, repeat_report
+from tokenfair.engine.fidelity import fidelity, fidelity_table
+from tokenfair.engine.fidelity_metrics import compare, latency_percentiles, progress_shares, repeat_report
 from tokenfair.workload import TraceRow, Workload
 
 
@@ -217,6 +218,27 @@ def test_compare_is_exact_on_identical_runs():
     tl = {"tenant_service": {"a": {0: 5.0, 1: 5.0}, "b": {1: 10.0}}}
     res = compare(recs, tl, {}, recs, tl, {})
     assert res["ttft_ape"]["median"] == 0 and res["e2e_ape"]["median"] == 0 and res["max_share_error"] == 0
+
+
+def test_latency_percentiles_per_class_and_tenant():
+    def rec(i, tenant, cls, ttft, e2e, status="finished"):
+        return {"request_id": str(i), "tenant": tenant, "class": cls, "status": status, "arrival_s": 10.0,
+                "first_token_s": 10.0 + ttft, "finish_s": 10.0 + e2e}
+
+    real = [rec(i, "a" if i < 6 else "b", "chat", 1.0 + i, 10.0 + i) for i in range(8)]
+    real.append(rec(8, "a", "batch", 1.0, 2.0, status="rejected"))
+    sim = [rec(i, r["tenant"], r["class"], 2 * (1.0 + i), 10.0 + i) for i, r in enumerate(real[:8])]
+    sim.append(rec(8, "a", "batch", 1.0, 2.0))
+    res = latency_percentiles(real, sim)
+    assert res["all"]["requests"] == 8  # finished in both: the rejected one is out
+    p50 = res["all"]["ttft"]["p50"]
+    assert p50["real"] == pytest.approx(4.5) and p50["sim"] == pytest.approx(9.0) and p50["ape"] == pytest.approx(1.0)
+    assert res["all"]["e2e"]["p95"]["ape"] == 0.0
+    assert list(res["class"]) == ["chat"] and list(res["tenant"]) == ["a"]  # "b" has 2 requests: too few
+    assert res["tenant"]["a"]["ttft"]["p95"]["real"] == pytest.approx(5.75)
+    table = fidelity_table({**compare(real, {"tenant_service": {}}, {}, sim, {"tenant_service": {}}, {}),
+                            "policy": "fair"})
+    assert "p50/p95 latency" in table and "class chat" in table and "worst TTFT percentile" in table
 
 
 def test_progress_shares_follow_service_order():
