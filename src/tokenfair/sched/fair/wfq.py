@@ -112,48 +112,40 @@ class VirtualTimeWFQ:
         return first
 
     def _pick_among(self, blocked: set[str], prefer, look: int, among) -> TenantState | None:
-        """``pick`` with ``among``: the ``look`` least backlogged tenants not in ``blocked``,
-        popped in one pass and pushed back (what ``look`` calls of ``_pick``, each skipping
-        the ones found before, pop, drop and restore; V moves only at the first live entry,
-        as there), then the preferred one with the least ``among``, else the least.
+        """``pick`` with ``among``: of the ``look`` least backlogged tenants not in
+        ``blocked``, the preferred one with the least ``among``, else the least.
         O(look log T) heap operations."""
-        heap = self._heap
-        popped = []
-        found: list[TenantState] = []
-        while heap and len(found) < look:
-            _, _, stamp, t = heap[0]
-            if t.num_waiting == 0 or stamp != t.stamp:
-                heapq.heappop(heap)        # stale entry
-                continue
-            if not popped and t.vtime > self.vnow:
-                self.vnow = t.vtime        # V, monotone
-            popped.append(heapq.heappop(heap))
-            if t.name not in blocked:
-                found.append(t)
-        for e in popped:
-            heapq.heappush(heap, e)
+        found = self._least(blocked, look)
         if not found:
             return None
         liked = [t for t in found if prefer(t)]
         return min(liked, key=among) if liked else found[0]
 
     def _pick(self, blocked: set[str]) -> TenantState | None:
+        found = self._least(blocked, 1)
+        return found[0] if found else None
+
+    def _least(self, blocked: set[str], count: int) -> list[TenantState]:
+        """The ``count`` backlogged tenants with the least finish tags not in ``blocked``, in
+        tag order.  Stale heap entries met on the way are dropped; the live ones popped to
+        look past them are pushed back (the last one found is never popped).  V moves to
+        the first live entry's tag (monotone).  O((stale + blocked + count) log T)."""
         heap = self._heap
-        stash = []
-        found = None
+        popped = []
+        found: list[TenantState] = []
         while heap:
             _, _, stamp, t = heap[0]
             if t.num_waiting == 0 or stamp != t.stamp:
                 heapq.heappop(heap)        # stale entry
                 continue
-            if not stash and t.vtime > self.vnow:
+            if not popped and t.vtime > self.vnow:
                 self.vnow = t.vtime        # V, monotone
-            if t.name in blocked:
-                stash.append(heapq.heappop(heap))
-                continue
-            found = t
-            break
-        for e in stash:
+            if t.name not in blocked:
+                found.append(t)
+                if len(found) == count:
+                    break
+            popped.append(heapq.heappop(heap))
+        for e in popped:
             heapq.heappush(heap, e)
         return found
 
