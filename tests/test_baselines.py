@@ -10,7 +10,8 @@ from tokenfair.costmodel import Profile
 from tokenfair.kv import BlockPool
 from tokenfair.loop import VirtualClock, run
 from tokenfair.request import Request, Status
-from tokenfair.sched.baselines import PriorityPolicy, SjfPolicy, VtcPolicy
+from tokenfair.sched.baselines import PriorityPolicy, SjfPolicy
+from tokenfair.sched.vtc import VtcPolicy
 from tokenfair.sched.predictor import OnlinePredictor
 from tokenfair.sched.registry import make_policy
 from tokenfair.sched.scheduler import IterationScheduler

@@ -46,7 +46,7 @@ def policy_names() -> list[str]:
 
 def _load_builtin() -> None:
     import importlib
-    for mod in ("baselines", "fair"):
+    for mod in ("baselines", "vtc", "fair"):
         try:
             importlib.import_module(f"tokenfair.sched.{mod}")
         except ModuleNotFoundError as err:
