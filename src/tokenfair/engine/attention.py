@@ -279,7 +279,7 @@ def paged_attention(
             q = query[start:start + num_seqs * num_queries].view(num_seqs, num_queries, num_heads, head_dim)
         else:
             q = query[group.token_index]  # [S, Q, H, D]
-        mask = None if group.causal else group.mask if group.mask.dtype == keys.dtype else group.mask.to(keys.dtype)
+        mask = None if group.causal else group.mask.to(keys.dtype)  # .to: no copy when it already is
         attended = F.scaled_dot_product_attention(
             q.transpose(1, 2).to(keys.dtype),
             keys,

@@ -69,27 +69,32 @@ def step_model_error(step_log, profile: Profile) -> dict:
             "bias": meas / pred if pred else None}
 
 
+def _latencies(records: list[dict]) -> dict[str, tuple[float, float]]:
+    return {r["request_id"]: (r["first_token_s"] - r["arrival_s"], r["finish_s"] - r["arrival_s"])
+            for r in records if r["status"] == "finished"}
+
+
+def _median_ape(pairs: list[tuple[float, float]]) -> float | None:
+    return float(np.median([_ape(a, b) for a, b in pairs])) if pairs else None
+
+
 def compare(real_records: list[dict], real_timeline: dict, real_summary: dict,
             sim_records: list[dict], sim_timeline: dict, sim_summary: dict) -> dict:
-    sim_by_id = {r["request_id"]: r for r in sim_records}
+    sim_status = {r["request_id"]: r["status"] for r in sim_records}
+    real_lat, sim_lat = _latencies(real_records), _latencies(sim_records)
     ttft, e2e, rows = [], [], []
-    both = 0
-    status_mismatch = 0
+    status_mismatch = sum(1 for r in real_records
+                          if r["request_id"] in sim_status and r["status"] != sim_status[r["request_id"]])
     for r in real_records:
-        s = sim_by_id.get(r["request_id"])
-        if s is None:
+        i = r["request_id"]
+        if i not in real_lat or i not in sim_lat:
             continue
-        if r["status"] != s["status"]:
-            status_mismatch += 1
-        if r["status"] != "finished" or s["status"] != "finished":
-            continue
-        both += 1
-        rt, st = r["first_token_s"] - r["arrival_s"], s["first_token_s"] - s["arrival_s"]
-        re, se = r["finish_s"] - r["arrival_s"], s["finish_s"] - s["arrival_s"]
+        (rt, re), (st, se) = real_lat[i], sim_lat[i]
         ttft.append(_ape(rt, st))
         e2e.append(_ape(re, se))
-        rows.append({"request_id": r["request_id"], "tenant": r["tenant"], "ttft_real": rt, "ttft_sim": st,
+        rows.append({"request_id": i, "tenant": r["tenant"], "ttft_real": rt, "ttft_sim": st,
                      "e2e_real": re, "e2e_sim": se})
+    both = len(rows)
     real_ps, sim_ps = progress_shares(real_timeline), progress_shares(sim_timeline)
     tenants = sorted(set(real_timeline["tenant_service"]) | set(sim_timeline["tenant_service"]))
     tenant_share = {}
@@ -121,21 +126,12 @@ def compare(real_records: list[dict], real_timeline: dict, real_summary: dict,
     }
 
 
-def _latencies(records: list[dict]) -> dict[str, tuple[float, float]]:
-    return {r["request_id"]: (r["first_token_s"] - r["arrival_s"], r["finish_s"] - r["arrival_s"])
-            for r in records if r["status"] == "finished"}
-
-
-def _median_ape(pairs: list[tuple[float, float]]) -> float | None:
-    return float(np.median([_ape(a, b) for a, b in pairs])) if pairs else None
-
-
 def repeat_report(reals: list, sim_records: list[dict]) -> dict:
     """How far the real engine is from *itself*: the same workload replayed ``len(reals)``
-    times (``reals``: objects with ``.records``, e.g. ``RealOutput``).  Per-request median |err| of TTFT / e2e for every pair of real runs (the noise
-    floor no simulator can beat against a single run), of the simulator against each real run,
-    and of the simulator against each request's median over the real runs (requests finished
-    in every run)."""
+    times (``reals``: objects with ``.records``, e.g. ``RealOutput``).  Per-request median
+    |err| of TTFT / e2e for every pair of real runs (the noise floor no simulator can beat
+    against a single run), of the simulator against each real run, and of the simulator
+    against each request's median over the real runs (requests finished in every run)."""
     runs = [_latencies(r.records) for r in reals]
     sim = _latencies(sim_records)
     ids = [i for i in runs[0] if i in sim and all(i in run for run in runs)]
@@ -162,14 +158,13 @@ def latency_percentiles(real_records: list[dict], sim_records: list[dict], point
     ``{"requests": n, "ttft": {"p50": {"real", "sim", "ape"}, ...}, "e2e": {...}}``.  Groups
     with fewer than ``min_requests`` such requests are left out (a p95 of three requests is
     one request)."""
-    sim_by_id = {r["request_id"]: r for r in sim_records}
+    real_lat, sim_lat = _latencies(real_records), _latencies(sim_records)
     groups: dict[tuple[str, str], list[tuple[float, float, float, float]]] = {}
     for r in real_records:
-        s = sim_by_id.get(r["request_id"])
-        if s is None or r["status"] != "finished" or s["status"] != "finished":
+        i = r["request_id"]
+        if i not in real_lat or i not in sim_lat:
             continue
-        row = (r["first_token_s"] - r["arrival_s"], s["first_token_s"] - s["arrival_s"],
-               r["finish_s"] - r["arrival_s"], s["finish_s"] - s["arrival_s"])
+        row = (*real_lat[i], *sim_lat[i])  # TTFT real, e2e real, TTFT sim, e2e sim
         for key in (("all", "all"), ("class", r.get("class")), ("tenant", r.get("tenant"))):
             if key[1] is not None:
                 groups.setdefault(key, []).append(row)
@@ -177,7 +172,7 @@ def latency_percentiles(real_records: list[dict], sim_records: list[dict], point
     def summary(rows):
         cols = np.array(rows)
         out = {"requests": len(rows)}
-        for metric, (i, j) in (("ttft", (0, 1)), ("e2e", (2, 3))):
+        for metric, (i, j) in (("ttft", (0, 2)), ("e2e", (1, 3))):
             out[metric] = {}
             for p in points:
                 real, sim = float(np.percentile(cols[:, i], p)), float(np.percentile(cols[:, j], p))
