@@ -196,13 +196,11 @@ def test_fidelity_can_calibrate_right_before_the_run(tiny_llama, tmp_path):
 
 
 def test_repeat_report_measures_real_runs_against_each_other_and_the_median():
-    from types import SimpleNamespace
-
     def recs(ttfts, e2e_scale=10.0, unfinished=()):
         return [{"request_id": str(i), "arrival_s": 1.0, "first_token_s": 1.0 + t, "finish_s": 1.0 + e2e_scale * t,
                  "status": "failed" if i in unfinished else "finished"} for i, t in enumerate(ttfts)]
 
-    reals = [SimpleNamespace(records=recs(t)) for t in ([1.0, 2.0, 4.0], [1.0, 2.0, 4.0], [2.0, 4.0, 8.0])]
+    reals = [recs(t) for t in ([1.0, 2.0, 4.0], [1.0, 2.0, 4.0], [2.0, 4.0, 8.0])]
     rep = repeat_report(reals, recs([1.5, 3.0, 6.0], unfinished=(2,)))
     assert rep["runs"] == 3 and rep["requests"] == 2  # request 2 did not finish in the simulator
     assert [p["runs"] for p in rep["real_vs_real"]] == [[1, 2], [1, 3], [2, 3]]

@@ -53,19 +53,21 @@ def fidelity(workload, policy: str, contract: Contract, model_spec="default", pr
                        "coefficients": {k: getattr(profile, k) for k in COEFFS}}
         if out_dir is not None:
             write_profile(cal, Path(out_dir) / "profile.yaml", source=model_spec.source, num_threads=num_threads)
-    reals: list[RealOutput] = [
-        run_real(workload, policy, contract, model_spec, profile=profile, num_threads=num_threads,
-                 max_requests=max_requests, time_scale=time_scale, num_blocks=num_blocks, seed=seed,
-                 dtype=dtype or torch.float32, progress=progress,
-                 out_dir=None if out_dir is None else Path(out_dir) / ("real" if i == 0 else f"real{i + 1}"))
-        for i in range(repeats)]
-    real = reals[0]
+    def replay(name: str) -> RealOutput:
+        return run_real(workload, policy, contract, model_spec, profile=profile, num_threads=num_threads,
+                        max_requests=max_requests, time_scale=time_scale, num_blocks=num_blocks, seed=seed,
+                        dtype=dtype or torch.float32, progress=progress,
+                        out_dir=None if out_dir is None else Path(out_dir) / name)
+
+    real = replay("real")
+    # only the records of the repeats are kept: each engine holds its own KV pool
+    repeated = [replay(f"real{i + 1}").records for i in range(1, repeats)]
     sim = simulate(real.workload, policy, contract, real.profile, isolated=False)
     if out_dir is not None:
         write_run(Path(out_dir) / "sim", sim.records, sim.summary, sim.timeline)
     res = compare(real.records, real.timeline, real.summary, sim.records, sim.timeline, sim.summary)
     if repeats > 1:
-        res["repeat"] = repeat_report(reals, sim.records)
+        res["repeat"] = repeat_report([real.records, *repeated], sim.records)
     res["step_model"] = step_model_error(real.engine.step_log, real.profile)
     res.update({"policy": policy, "workload": real.workload.name, "profile": real.profile.name,
                 "requests_total": len(real.records), "num_threads": num_threads,

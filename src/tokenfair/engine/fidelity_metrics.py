@@ -126,13 +126,13 @@ def compare(real_records: list[dict], real_timeline: dict, real_summary: dict,
     }
 
 
-def repeat_report(reals: list, sim_records: list[dict]) -> dict:
-    """How far the real engine is from *itself*: the same workload replayed ``len(reals)``
-    times (``reals``: objects with ``.records``, e.g. ``RealOutput``).  Per-request median
+def repeat_report(real_runs: list[list[dict]], sim_records: list[dict]) -> dict:
+    """How far the real engine is from *itself*: the same workload replayed ``len(real_runs)``
+    times (each run's request records).  Per-request median
     |err| of TTFT / e2e for every pair of real runs (the noise floor no simulator can beat
     against a single run), of the simulator against each real run, and of the simulator
     against each request's median over the real runs (requests finished in every run)."""
-    runs = [_latencies(r.records) for r in reals]
+    runs = [_latencies(records) for records in real_runs]
     sim = _latencies(sim_records)
     ids = [i for i in runs[0] if i in sim and all(i in run for run in runs)]
 
