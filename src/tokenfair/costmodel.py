@@ -26,7 +26,7 @@ direction.  KV capacity (``kv_capacity_tokens``) and block size define the paged
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -163,11 +163,11 @@ def _kv_capacity(gpu_bytes: float, weight_bytes: float, kv_per_token: float, uti
 
 
 _GB = 1e9
-_LLAMA3_8B = dict(params_nonembed=6.98e9, params_total=8.03e9, num_layers=32, hidden=4096, d_kv=1024,
+_LLAMA3_8B: dict[str, Any] = dict(params_nonembed=6.98e9, params_total=8.03e9, num_layers=32, hidden=4096, d_kv=1024,
                   vocab=128_256, kv_bytes_per_token=32 * 4 * 1024)
-_LLAMA2_7B = dict(params_nonembed=6.48e9, params_total=6.74e9, num_layers=32, hidden=4096, d_kv=4096,
+_LLAMA2_7B: dict[str, Any] = dict(params_nonembed=6.48e9, params_total=6.74e9, num_layers=32, hidden=4096, d_kv=4096,
                   vocab=32_000, kv_bytes_per_token=32 * 4 * 4096)
-_LLAMA3_70B_TP4 = dict(params_nonembed=68.5e9 / 4, params_total=70.6e9 / 4, num_layers=80, hidden=8192,
+_LLAMA3_70B_TP4: dict[str, Any] = dict(params_nonembed=68.5e9 / 4, params_total=70.6e9 / 4, num_layers=80, hidden=8192,
                        d_kv=1024 // 4 * 1, vocab=128_256 // 4, kv_bytes_per_token=80 * 4 * 1024 / 4)
 
 BUILTIN_PROFILES: dict[str, Profile] = {

@@ -14,11 +14,12 @@ contract, running list and counters); split out so each file keeps one job.
 from __future__ import annotations
 
 from ..request import Request, Status
+from .apply import ApplyMixin
 from .interface import SchedulerOutput
 from .policy import Budget
 
 
-class AdmitMixin:
+class AdmitMixin(ApplyMixin):
     def _top_up_prefills(self, out: SchedulerOutput, budget: Budget) -> None:
         """Work-conserving: prefill budget nobody else could use extends this step's chunks
         (in schedule order) up to each request's remaining prompt."""

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from ..request import Request, Status
 from .interface import SchedulerOutput, StepResult
+from .state import SchedulerState
 
 
-class ApplyMixin:
+class ApplyMixin(SchedulerState):
     def update_from_output(self, out: SchedulerOutput, result: StepResult, now: float) -> list[Request]:
         policy = self.policy
         for req, n in out.prefill:

@@ -68,7 +68,7 @@ def bulk_decodes(running: list[Request], pool: BlockPool, out: SchedulerOutput, 
         return 0, 0, 0, 0
     for r in held_now:
         r.last_held_step = step_no
-    if held_now:
+    if held_now and hold is not None:
         hold.num_to_hold -= len(held_now)
     held = pool.held
     for r in crossing:

@@ -28,14 +28,13 @@ from ..costmodel import Profile
 from ..kv import BlockPool
 from ..request import Request, Status
 from .admit import AdmitMixin
-from .apply import ApplyMixin
 from .bulk import bulk_decodes, leading_decodes
 from .interface import SchedulerOutput
 from .policy import Budget, Policy
 from .predictor import OnlinePredictor, Predictor
 
 
-class IterationScheduler(AdmitMixin, ApplyMixin):
+class IterationScheduler(AdmitMixin):
     def __init__(self, policy: Policy, contract: Contract, profile: Profile,
                  predictor: Predictor | None = None) -> None:
         self.policy = policy
@@ -151,7 +150,7 @@ class IterationScheduler(AdmitMixin, ApplyMixin):
             if req.num_output and req.prompt_tokens + req.num_output - req.num_computed == 1:
                 # decode fast path
                 left = budget.prefill_left if shared else budget.decode_left
-                if (held is not None and hold.num_to_hold > 0 and req.tenant in held
+                if (hold is not None and held is not None and hold.num_to_hold > 0 and req.tenant in held
                         and req.last_held_step != step_no - 1):   # never two steps in a row
                     req.last_held_step = step_no
                     hold.num_to_hold -= 1

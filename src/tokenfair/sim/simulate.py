@@ -10,7 +10,9 @@ from ..loop import RunResult, VirtualClock, run
 from ..metrics import group_metrics, request_record, summarize
 from ..sched.registry import make_policy
 from ..sched.scheduler import IterationScheduler
-from ..workload import Workload
+from ..request import Request
+from ..sched.interface import SchedulerOutput, StepResult
+from ..workload import TraceRow, Workload
 from .engine import SimEngine
 from .fastforward import fast_forward
 from .isolated import isolated_e2e
@@ -24,30 +26,36 @@ class SimOutput:
     run: RunResult
 
 
+class _RowFedEngine:
+    """The simulator's engine as the loop drives it: ``add`` takes the trace row (the true
+    output length stays on the engine side); the fast-forward's fields pass through."""
+
+    def __init__(self, engine: SimEngine) -> None:
+        self.engine = engine
+        self.true_lengths = engine.true_lengths
+        self.stop_at = engine.stop_at
+        self.decode_step_s = engine.decode_step_s
+        self.profile = engine.profile
+
+    def add(self, req: Request, row: TraceRow) -> None:
+        self.engine.add(req, row.output_tokens)
+
+    def execute(self, out: SchedulerOutput) -> StepResult:
+        return self.engine.execute(out)
+
+    def forget(self, req: Request) -> None:
+        self.engine.forget(req)
+
+    def advance(self, durations: list[float]) -> None:
+        self.engine.advance(durations)
+
+
 def simulate_once(workload: Workload, policy: str, contract: Contract, profile: Profile,
                   progress=None, fast: bool = True) -> RunResult:
     sched = IterationScheduler(make_policy(policy), contract, profile)
     engine = SimEngine(profile)
 
-    class _Adapter:
-        def add(self, req, row):
-            engine.add(req, row.output_tokens)
-
-        def execute(self, out):
-            return engine.execute(out)
-
-        def forget(self, req):
-            engine.forget(req)
-
-        def advance(self, durations):
-            engine.advance(durations)
-
-        true_lengths = engine.true_lengths
-        stop_at = engine.stop_at
-        decode_step_s = staticmethod(engine.decode_step_s)
-        profile = engine.profile
-
-    res = run(workload.rows, contract, sched, _Adapter(), VirtualClock(), progress,
+    res = run(workload.rows, contract, sched, _RowFedEngine(engine), VirtualClock(), progress,
               fast_forward=fast_forward if fast else None)
     res.extra["swap_s"] = engine.swap_s
     return res

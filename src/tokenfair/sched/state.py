@@ -1,0 +1,33 @@
+"""The iteration scheduler's fields, declared once for the classes that share them.
+
+``ApplyMixin`` (``sched/apply.py``), ``AdmitMixin`` (``sched/admit.py``) and
+:class:`~tokenfair.sched.scheduler.IterationScheduler` form one inheritance chain on this
+class, so each part names the fields it uses with their types (a type checker and mypyc
+see them); ``IterationScheduler.__init__`` assigns them.
+"""
+
+from __future__ import annotations
+
+from ..contract import Contract
+from ..costmodel import Profile
+from ..kv import BlockPool
+from ..request import Request
+from .policy import Policy
+from .predictor import Predictor
+
+
+class SchedulerState:
+    policy: Policy
+    contract: Contract
+    profile: Profile
+    pool: BlockPool
+    predictor: Predictor
+    running: list[Request]
+    ended: list[Request]                    # terminal requests not yet collected by the loop
+    num_preemptions: int
+    num_recomputed_tokens: int
+    num_swapped_blocks: int
+    num_steps: int                          # schedule() calls (numbers held-decode runs)
+    step_stats: tuple[int, int, list[Request]]     # last step: decodes, context sum, prefills
+    maybe_prefilling: list[Request] | None  # after the last step: the only running requests
+                                            # that may not be decoding (None: unknown)
