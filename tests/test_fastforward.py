@@ -37,7 +37,7 @@ def _assert_exact(wl, policy, contract, profile=None):
 
 
 def test_every_policy_fast_forwards():
-    assert all(make_policy(p).supports_fast_forward for p in POLICIES)
+    assert all(make_policy(p).can_fast_forward() for p in POLICIES)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -92,7 +92,7 @@ def test_exact_with_odd_weights_and_long_runs(policy, costs):
 
 def test_kv_occupancy_charge_turns_fair_fast_forward_off():
     c = parse_contract({**_ODD, "costs": {"kv_block_s": 0.5}})
-    assert not IterationScheduler(make_policy("fair"), c, load_profile(None)).policy.supports_fast_forward
+    assert not IterationScheduler(make_policy("fair"), c, load_profile(None)).policy.can_fast_forward()
     _assert_exact(_light_rows(120), "fair", c)
 
 

@@ -24,6 +24,7 @@ from .contract import Contract
 from .intake import make_request
 from .recorder import Recorder
 from .request import Request, Status
+from .sched.interface import SchedulerOutput, StepResult
 from .sched.scheduler import IterationScheduler
 from .workload import TraceRow
 
@@ -79,12 +80,20 @@ class RunResult:
     scheduler: IterationScheduler
     end_s: float
     wall_s: float
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
 
 
-def run(rows: Sequence[TraceRow], contract: Contract, scheduler: IterationScheduler, engine,
+class LoopEngine(Protocol):
+    """What ``run`` needs of an engine (the simulator's ``RowFedEngine``, the PyTorch one)."""
+
+    def add(self, req: Request, row: TraceRow) -> None: ...
+
+    def execute(self, out: SchedulerOutput) -> StepResult: ...
+
+
+def run(rows: Sequence[TraceRow], contract: Contract, scheduler: IterationScheduler, engine: LoopEngine,
         clock: Clock | None = None, progress: Callable[[int, int], None] | None = None,
-        fast_forward: Callable | None = None) -> RunResult:
+        fast_forward: Callable[..., float] | None = None) -> RunResult:
     """Run ``rows`` to completion.  ``fast_forward(scheduler, engine, recorder, now,
     next_arrival) -> now`` may advance runs of identical decode steps at once (simulation)."""
     clock = clock or VirtualClock()

@@ -8,9 +8,11 @@ can be computed over any window made of whole buckets.  Memory: O(buckets x acti
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Callable
 
 from .contract import CostWeights
 from .exactfloat import add_repeated
+from .request import Request
 from .sched.interface import SchedulerOutput
 
 
@@ -58,7 +60,8 @@ class Recorder:
         self.busy_s += duration_s
 
     def record_run(self, tenants: dict[str, int], classes: dict[str, int], step_ends: list[float],
-                   step_durations: list[float], usage_after, running_after: int) -> None:
+                   step_durations: list[float], usage_after: Callable[[int], float],
+                   running_after: int) -> None:
         """A fast-forwarded run of decode-only steps (no prefill, no queue, no preemption) with
         ``tenants`` / ``classes`` decoding requests per name in every step: the buckets end up
         bit for bit as ``record_step`` once per step would leave them.  ``usage_after(j)`` is
@@ -93,7 +96,7 @@ class Recorder:
             self.busy_s += dt
         self.num_steps += len(step_ends)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {
             "bucket_s": self.bucket_s,
             "tenant_service": {t: dict(sorted(v.items())) for t, v in self.tenant_service.items()},
@@ -108,7 +111,7 @@ class Recorder:
         }
 
 
-def _counts2(reqs) -> tuple[dict[str, int], dict[str, int]]:
+def _counts2(reqs: list[Request]) -> tuple[dict[str, int], dict[str, int]]:
     """Requests per tenant and per class, in one pass."""
     tenants: dict[str, int] = {}
     classes: dict[str, int] = {}

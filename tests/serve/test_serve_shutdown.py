@@ -86,12 +86,27 @@ def test_tenant_labels_capped():
     assert tenants == {"big", OTHER}      # the two labels go to the contract's named tenants
 
 
+class _CrashingScheduler:
+    """The service's scheduler with a bug in ``schedule`` (a compiled scheduler's methods
+    cannot be patched on the object, so this stands in front of it)."""
+
+    def __init__(self, inner):
+        object.__setattr__(self, "_inner", inner)
+
+    def schedule(self, now):
+        raise RuntimeError("simulated scheduler bug")
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._inner, name, value)
+
+
 def test_worker_crash_fails_requests_never_hangs(tiny_model_dir, h, monkeypatch):
     svc, st = h.start_serve(tiny_model_dir)
     try:
-        def boom(now):
-            raise RuntimeError("simulated scheduler bug")
-        monkeypatch.setattr(svc.sched, "schedule", boom)
+        monkeypatch.setattr(svc, "sched", _CrashingScheduler(svc.sched))
         r = httpx.post(st.url + "/v1/completions", headers=h.auth("a"), timeout=10,
                        json={"prompt": "x", "max_tokens": 3})
         assert r.status_code == 500 and r.json()["error"]["code"] == "engine_error"

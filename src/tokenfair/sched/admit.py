@@ -13,12 +13,15 @@ contract, running list and counters); split out so each file keeps one job.
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from ..request import Request, Status
 from .apply import ApplyMixin
 from .interface import SchedulerOutput
 from .policy import Budget
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class AdmitMixin(ApplyMixin):
     def _top_up_prefills(self, out: SchedulerOutput, budget: Budget) -> None:
         """Work-conserving: prefill budget nobody else could use extends this step's chunks

@@ -13,11 +13,14 @@ predictor, running list and ``ended``); split out so each file keeps one job.
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from ..request import Request, Status
 from .interface import SchedulerOutput, StepResult
 from .state import SchedulerState
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ApplyMixin(SchedulerState):
     def update_from_output(self, out: SchedulerOutput, result: StepResult, now: float) -> list[Request]:
         policy = self.policy

@@ -24,6 +24,7 @@ the top after popping stale entries.
 from __future__ import annotations
 
 import heapq
+from typing import Any
 
 from ..request import Request, Status
 from .policy import Policy
@@ -52,10 +53,10 @@ class _LazyHeapPolicy(_VllmMechanics):
     """
 
     def __init__(self) -> None:
-        self._heap: list[tuple] = []
+        self._heap: list[tuple[Any, ...]] = []   # (*key, seq, qtoken, request)
         self._n = 0
 
-    def _key(self, req: Request) -> tuple:
+    def _key(self, req: Request) -> tuple[float, ...]:
         raise NotImplementedError
 
     def enqueue(self, req: Request, now: float) -> None:
@@ -67,7 +68,7 @@ class _LazyHeapPolicy(_VllmMechanics):
         heap = self._heap
         while heap:
             entry = heap[0]
-            req = entry[-1]
+            req: Request = entry[-1]
             if entry[-2] == req.qtoken and req.status in (Status.WAITING, Status.SWAPPED):
                 return req
             heapq.heappop(heap)
@@ -104,7 +105,7 @@ class SjfPolicy(_LazyHeapPolicy):
 
     name = "sjf"
 
-    def _key(self, req: Request) -> tuple:
+    def _key(self, req: Request) -> tuple[float, ...]:
         c = self.contract.costs
         return (c.prefill_token * req.prompt_tokens + c.decode_token * req.predicted_output,)
 
@@ -126,7 +127,7 @@ class PriorityPolicy(_LazyHeapPolicy):
 
     name = "priority"
 
-    def _key(self, req: Request) -> tuple:
+    def _key(self, req: Request) -> tuple[float, ...]:
         return (-req.priority,)
 
     def victim_for_kv(self, candidates: list[Request], needing: Request, now: float) -> Request | None:

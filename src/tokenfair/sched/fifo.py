@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections import deque
 
+from mypy_extensions import mypyc_attr
+
 from ..request import Request
 from .policy import Policy
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FifoPolicy(Policy):
     name = "fifo"
     shared_budget = True

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..request import Request
+from ..request import Request, Status
 
 
 @dataclass(slots=True)
@@ -61,4 +61,4 @@ class Scheduler(Protocol):
 
     def update_from_output(self, out: SchedulerOutput, result: StepResult, now: float) -> list[Request]: ...
 
-    def abort(self, req: Request, status, reason: str, now: float) -> None: ...
+    def abort(self, req: Request, status: Status, reason: str, now: float) -> None: ...

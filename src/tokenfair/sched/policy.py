@@ -8,6 +8,9 @@ admitted, *whom* to evict and *how*, and tell it what was served so it can charg
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
+
+from mypy_extensions import mypyc_attr
 
 from ..contract import Contract
 from ..costmodel import Profile
@@ -50,21 +53,28 @@ class DecodeHold:
     num_to_hold: int
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)     # policies written in plain Python plug in
 class Policy:
-    name = "base"
-    shared_budget = False       # one token budget for prefill and decode (vLLM style)
-    hol_blocking = True         # stop admitting at the first candidate that does not fit
-    admit_after_preemption = False  # vLLM admits nothing new in a step that preempted
+    # what a policy is, per class (ClassVar: a subclass's value is read from its class, also
+    # when the subclass is plain Python and this base is compiled)
+    name: ClassVar[str] = "base"
+    shared_budget: ClassVar[bool] = False   # one token budget for prefill and decode (vLLM style)
+    hol_blocking: ClassVar[bool] = True     # stop admitting at the first candidate that does not fit
+    admit_after_preemption: ClassVar[bool] = False  # vLLM admits nothing new in a step that preempted
     # a run of decode-only steps may be applied at once (sim/fastforward.py): only for policies
     # whose decode-only steps change nothing but what on_decoded / on_step_end change, and
     # whose schedule-time calls in such a step read nothing but prefill_budget's arguments
-    supports_fast_forward = True
+    supports_fast_forward: ClassVar[bool] = True
 
     def bind(self, contract: Contract, profile: Profile, pool: BlockPool, predictor: Predictor) -> None:
         self.contract = contract
         self.profile = profile
         self.pool = pool
         self.predictor = predictor
+
+    def can_fast_forward(self) -> bool:
+        """``supports_fast_forward``, unless this policy's configuration rules it out."""
+        return self.supports_fast_forward
 
     # -- waiting queue ---------------------------------------------------------------
     def on_arrival(self, req: Request, now: float) -> str | None:

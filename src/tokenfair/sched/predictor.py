@@ -18,7 +18,7 @@ class Predictor:
     def observe(self, req: Request, actual: int) -> None:
         pass
 
-    def report(self) -> dict:
+    def report(self) -> dict[str, float]:
         return {}
 
 
@@ -30,7 +30,7 @@ class OnlinePredictor(Predictor):
     def __init__(self, prior: float = 256.0, alpha: float = 0.1) -> None:
         self.prior = prior
         self.alpha = alpha
-        self._means: dict[tuple, float] = {}
+        self._means: dict[tuple[str | int, ...], float] = {}
         self._n_err = 0
         self._abs_err = 0.0
         self._abs_rel_err = 0.0
@@ -60,7 +60,7 @@ class OnlinePredictor(Predictor):
         self._abs_rel_err += abs(err) / max(1, actual)
         self._bias += err
 
-    def report(self) -> dict:
+    def report(self) -> dict[str, float]:
         n = max(1, self._n_err)
         return {"predictions": self._n_err, "mean_abs_error_tokens": self._abs_err / n,
                 "mean_abs_rel_error": self._abs_rel_err / n, "mean_bias_tokens": self._bias / n}

@@ -23,6 +23,8 @@ one terminal status with a reason.
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from ..contract import Contract
 from ..costmodel import Profile
 from ..kv import BlockPool
@@ -34,6 +36,7 @@ from .policy import Budget, Policy
 from .predictor import OnlinePredictor, Predictor
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)     # tests wrap it with invariant checks
 class IterationScheduler(AdmitMixin):
     def __init__(self, policy: Policy, contract: Contract, profile: Profile,
                  predictor: Predictor | None = None) -> None:

@@ -8,6 +8,8 @@ see them); ``IterationScheduler.__init__`` assigns them.
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from ..contract import Contract
 from ..costmodel import Profile
 from ..kv import BlockPool
@@ -16,6 +18,7 @@ from .policy import Policy
 from .predictor import Predictor
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)     # so is each class of the chain
 class SchedulerState:
     policy: Policy
     contract: Contract

@@ -82,7 +82,7 @@ class VtcPolicy(_VllmMechanics):
             self._in_heap.add(t)
             heapq.heappush(self._heap, (self.counters[t], self._order[t], t))
 
-    def _min_backlogged(self, skip: set[str] | frozenset = frozenset()) -> str | None:
+    def _min_backlogged(self, skip: set[str] | frozenset[str] = frozenset()) -> str | None:
         """The tenant with the smallest counter among those with queued requests (not in
         ``skip``).  Entries of idle tenants are dropped, stale ones re-pushed."""
         heap, aside, found = self._heap, [], None

@@ -13,6 +13,7 @@ from operator import attrgetter
 from ..costmodel import Profile
 from ..request import Request
 from ..sched.interface import SchedulerOutput, StepResult
+from ..workload import TraceRow
 
 _num_computed = attrgetter("num_computed")
 
@@ -67,3 +68,27 @@ class SimEngine:
         self.busy_s += dt + swap_s
         self.swap_s += swap_s
         return StepResult(duration_s=dt + swap_s, finished=finished, swap_s=swap_s)
+
+
+class RowFedEngine:
+    """The simulator's engine as the loop drives it: ``add`` takes the trace row (the true
+    output length stays on the engine side); the fast-forward's fields pass through."""
+
+    def __init__(self, engine: SimEngine) -> None:
+        self.engine = engine
+        self.true_lengths = engine.true_lengths
+        self.stop_at = engine.stop_at
+        self.decode_step_s = engine.decode_step_s
+        self.profile = engine.profile
+
+    def add(self, req: Request, row: TraceRow) -> None:
+        self.engine.add(req, row.output_tokens)
+
+    def execute(self, out: SchedulerOutput) -> StepResult:
+        return self.engine.execute(out)
+
+    def forget(self, req: Request) -> None:
+        self.engine.forget(req)
+
+    def advance(self, durations: list[float]) -> None:
+        self.engine.advance(durations)

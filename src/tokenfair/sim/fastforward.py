@@ -19,7 +19,7 @@ step in which a request finishes (true length or ``max_tokens``):
 The first step's ``schedule()`` asks ``policy.prefill_budget`` about the previous step's
 prefills (the fair policy reads its light/level statistics there), so the run makes that
 call too; in the later steps that call only sees decodes, and nothing else a decode-only
-step calls on a policy reads or changes its state (``Policy.supports_fast_forward``).
+step calls on a policy reads or changes its state (``Policy.can_fast_forward``).
 ``tests/test_fastforward.py`` checks that every record, the whole timeline and the
 scheduler's counters equal those of stepping one iteration at a time, for every policy.
 Cost: O(n) per segment (n running; O(n log k) when the pool is nearly full) plus O(k) float
@@ -29,13 +29,20 @@ work for its k steps, instead of O(n) Python work per step.
 from __future__ import annotations
 
 from operator import attrgetter
+from typing import Callable
 
-from ..request import Status
+from ..kv import BlockPool
+from ..recorder import Recorder
+from ..request import Request, Status
+from ..sched.scheduler import IterationScheduler
+from .engine import RowFedEngine
+
+Counts = tuple[dict[str, int], dict[str, int]]     # running requests per tenant, per class
 
 _num_computed = attrgetter("num_computed")
 
 
-def _growth(running, bs: int, k: int) -> int:
+def _growth(running: list[Request], bs: int, k: int) -> int:
     """KV blocks that ``k`` more decode steps add to ``running``: O(n)."""
     total = 0
     for r in running:
@@ -45,7 +52,7 @@ def _growth(running, bs: int, k: int) -> int:
     return total
 
 
-def _kv_bound(running, free: int, bs: int, k_max: int) -> int:
+def _kv_bound(running: list[Request], free: int, bs: int, k_max: int) -> int:
     """Largest k <= k_max whose growth fits in ``free`` blocks (growth is monotone in k, so
     every earlier step fits too): O(n log k_max)."""
     if _growth(running, bs, k_max) <= free:
@@ -60,26 +67,27 @@ def _kv_bound(running, free: int, bs: int, k_max: int) -> int:
     return lo
 
 
-def _eligible(sched, now: float, next_arrival: float) -> bool:
+def _eligible(sched: IterationScheduler, now: float, next_arrival: float) -> bool:
     """All running decoding, nothing waiting, no arrival due, the decode budget holds them:
     O(prefills of the last step)."""
     policy = sched.policy
     running = sched.running
     hint = sched.maybe_prefilling
-    return bool(running and next_arrival > now and policy.supports_fast_forward
+    return bool(running and next_arrival > now and policy.can_fast_forward()
                 and hint is not None and not policy.num_waiting()
                 and len(running) <= sched.contract.engine.decode_token_budget
                 and not any(r.status is Status.RUNNING and r.in_prefill for r in hint))
 
 
-def fast_forward(sched, engine, recorder, now: float, next_arrival: float) -> float:
+def fast_forward(sched: IterationScheduler, engine: RowFedEngine, recorder: Recorder, now: float,
+                 next_arrival: float) -> float:
     """Apply decode-only steps until the next arrival, the pool runs short or nothing runs;
     return the new time (``now`` if no step could be applied)."""
     if not _eligible(sched, now, next_arrival):
         return now
     t = now
     first = True
-    counts = None                         # running requests per tenant / class, kept across segments
+    counts: Counts | None = None          # running requests per tenant / class, kept across segments
     while sched.running and next_arrival > t:
         t, steps, finished, counts = _segment(sched, engine, recorder, t, next_arrival, first, counts)
         first = first and not steps
@@ -88,7 +96,7 @@ def fast_forward(sched, engine, recorder, now: float, next_arrival: float) -> fl
     return t
 
 
-def _counts(running) -> tuple[dict[str, int], dict[str, int]]:
+def _counts(running: list[Request]) -> Counts:
     """Requests per tenant and per class: O(n)."""
     tenants: dict[str, int] = {}
     classes: dict[str, int] = {}
@@ -98,7 +106,7 @@ def _counts(running) -> tuple[dict[str, int], dict[str, int]]:
     return tenants, classes
 
 
-def _without(counts: tuple[dict[str, int], dict[str, int]], gone) -> tuple[dict[str, int], dict[str, int]]:
+def _without(counts: Counts, gone: list[Request]) -> Counts:
     """``counts`` less the requests ``gone`` (new dicts; names down to 0 dropped): O(gone)."""
     tenants, classes = dict(counts[0]), dict(counts[1])
     for r in gone:
@@ -110,8 +118,9 @@ def _without(counts: tuple[dict[str, int], dict[str, int]], gone) -> tuple[dict[
     return tenants, classes
 
 
-def _segment(sched, engine, recorder, now: float, next_arrival: float, first: bool,
-             counts=None) -> tuple[float, int, bool, tuple | None]:
+def _segment(sched: IterationScheduler, engine: RowFedEngine, recorder: Recorder, now: float,
+             next_arrival: float, first: bool,
+             counts: Counts | None = None) -> tuple[float, int, bool, Counts | None]:
     """One segment: the steps up to the next finishing one (or fewer); (end time, steps
     applied, did it end with the finishing step?, the running requests per tenant / class
     after it).  ``counts``: those of ``sched.running`` now (None: count them; the
@@ -183,7 +192,8 @@ def _segment(sched, engine, recorder, now: float, next_arrival: float, first: bo
     return t, k, finishing, counts
 
 
-def _usage_after(running, pool, ends: list[float], bucket_s: float):
+def _usage_after(running: list[Request], pool: BlockPool, ends: list[float],
+                 bucket_s: float) -> Callable[[int], float]:
     """``usage_after(j)``: KV usage after step j of the segment about to be applied (the
     recorder asks for the last step of each bucket).  The last step reads the pool; earlier
     ones, needed only when the segment spans buckets, come from the blocks before it (O(n))."""
