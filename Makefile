@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip --disable-pip-version-check -q
 
-.PHONY: demo test bench bench-1m venv venv-dev clean
+.PHONY: demo test bench bench-1m venv venv-dev compile pure clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -36,5 +36,13 @@ bench: venv-dev
 bench-1m: venv-dev
 	$(BIN)/tokenfair bench sim azure:conv --min-requests 1000000 --json
 
-clean:
-	rm -rf $(VENV) reports .pytest_cache
+# rebuild the mypyc-compiled core in place after editing one of its modules (src/tokenfair/_core.py
+# lists them; `pip install -e .` builds it too); `make pure` removes the builds: interpreted core
+compile: venv-dev
+	$(BIN)/python setup.py -q build_ext --inplace
+
+pure:
+	find src -name '*.so' -delete
+
+clean: pure
+	rm -rf $(VENV) reports .pytest_cache build

@@ -34,7 +34,8 @@ def test_bench_cli_json():
     rows = [json.loads(line) for line in res.stdout.splitlines()]
     assert {r["waiting"] for r in rows} == {50, 100}
     assert set(rows[0]) == {"policy", "running", "waiting", "tenants", "median_ms_per_iteration",
-                            "us_per_running_request"}
+                            "us_per_running_request", "core"}
+    assert rows[0]["core"] in ("mypyc", "python")
     bad = subprocess.run([sys.executable, "-m", "tokenfair", "bench", "scheduler", "--policies", "nope"],
                          capture_output=True, text=True)
     assert bad.returncode == 2

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 
+from ._core import core_kind
 from .contract import parse_contract
 from .costmodel import load_profile
 from .request import Request
@@ -67,7 +68,8 @@ def bench_scheduler(policy: str, running: int = 256, waiting: int = 10_000, tena
         medians.append(statistics.median(times))
     med = statistics.median(medians)
     return {"policy": policy, "running": running, "waiting": waiting, "tenants": tenants,
-            "median_ms_per_iteration": med * 1e3, "us_per_running_request": med * 1e6 / running}
+            "median_ms_per_iteration": med * 1e3, "us_per_running_request": med * 1e6 / running,
+            "core": core_kind()}
 
 
 def _sim_child(spec: dict) -> dict:
@@ -90,7 +92,7 @@ def _sim_child(spec: dict) -> dict:
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"policy": spec["policy"], "requests": len(wl.rows), "wall_s": wall,
             "requests_per_s": len(wl.rows) / wall, "peak_rss_mb": rss_mb,
-            "engine_steps": res.recorder.num_steps}
+            "engine_steps": res.recorder.num_steps, "core": core_kind()}
 
 
 def bench_sim(workload: str, policy: str, *, tenants: int | None = 20, seed: int = 0,

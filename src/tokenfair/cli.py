@@ -107,7 +107,7 @@ def bench_scheduler_cmd(policies: str = typer.Option("fifo,vtc,fair", help="comm
         else:
             typer.echo(f"{r['policy']:<8} running={r['running']} waiting={r['waiting']:>6} tenants={r['tenants']} "
                        f"median {r['median_ms_per_iteration']:.3f} ms/iteration  "
-                       f"{r['us_per_running_request']:.2f} us/running request")
+                       f"{r['us_per_running_request']:.2f} us/running request  core={r['core']}")
     if not json_out:
         base = {(r["policy"], r["waiting"]): r["median_ms_per_iteration"] for r in rows}
         for p in names:
@@ -140,7 +140,7 @@ def bench_sim_cmd(workload: str = typer.Argument("azure:conv"),
             typer.echo(json.dumps(r))
         else:
             typer.echo(f"{r['policy']:<8} requests={r['requests']} wall {r['wall_s']:.2f} s  "
-                       f"{r['requests_per_s']:.0f} requests/s  peak RSS {r['peak_rss_mb']:.0f} MB")
+                       f"{r['requests_per_s']:.0f} requests/s  peak RSS {r['peak_rss_mb']:.0f} MB  core={r['core']}")
 
 
 def _register_optional() -> None:
