@@ -19,7 +19,7 @@ from pathlib import Path
 
 COMPILED_MODULES = (
     "tokenfair.request", "tokenfair.kv", "tokenfair.loop", "tokenfair.recorder",
-    "tokenfair.intake", "tokenfair.exactfloat",
+    "tokenfair.intake", "tokenfair.exactfloat", "tokenfair.stepcost",
     "tokenfair.sched.interface", "tokenfair.sched.policy", "tokenfair.sched.predictor",
     "tokenfair.sched.state", "tokenfair.sched.apply", "tokenfair.sched.admit",
     "tokenfair.sched.bulk", "tokenfair.sched.scheduler", "tokenfair.sched.fifo",

@@ -25,6 +25,7 @@ direction.  KV capacity (``kv_capacity_tokens``) and block size define the paged
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -32,6 +33,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .contract import _format_errors
+from .stepcost import LinearCost, RooflineCost, StepCost
 
 
 class ProfileError(ValueError):
@@ -74,88 +76,33 @@ class Profile(BaseModel):
     def num_blocks(self) -> int:
         return self.kv_capacity_tokens // self.block_size
 
+    @cached_property
+    def cost(self) -> StepCost:
+        """The step-time arithmetic on this profile's constants (``stepcost.py``)."""
+        if self.kind == "linear":
+            return LinearCost(self.prefill_batch_s, self.prefill_token_s, self.prefill_attn_s, self.decode_base_s,
+                              self.decode_seq_s, self.decode_ctx_s, self.overhead_s)
+        # folded as Python evaluates the expanded formula left to right (see stepcost.py)
+        return RooflineCost(2 * self.params_nonembed, 2 * self.vocab * self.hidden, 4 * self.num_layers * self.hidden,
+                            2 * self.params_total, 4 * self.num_layers * self.d_kv, self.peak_flops * self.mfu,
+                            self.bandwidth * self.mbu, self.overhead_s)
+
     def step_s(self, prefill: list[tuple[int, int]], decode_contexts_sum: int, num_decode: int) -> float:
         """Seconds for one step: prefill chunks ``[(new_tokens, cached_tokens)]`` and
         ``num_decode`` decode sequences whose contexts sum to ``decode_contexts_sum``."""
-        n_prefill = 0
-        attn = 0.0
-        ctx = decode_contexts_sum
-        for c, k in prefill:
-            n_prefill += c
-            attn += c * (k + c / 2)
-            ctx += k + c
-        if self.kind == "linear":
-            t = 0.0
-            if prefill:
-                t += self.prefill_batch_s + self.prefill_token_s * n_prefill
-                if self.prefill_attn_s:
-                    t += self.prefill_attn_s * attn
-            if num_decode:
-                t += self.decode_base_s + self.decode_seq_s * num_decode + self.decode_ctx_s * decode_contexts_sum
-            return t + self.overhead_s
-        n = n_prefill + num_decode
-        seqs = num_decode + len(prefill)
-        flops = 2 * self.params_nonembed * n + 2 * self.vocab * self.hidden * seqs \
-            + 4 * self.num_layers * self.hidden * (attn + decode_contexts_sum)
-        nbytes = 2 * self.params_total + 4 * self.num_layers * self.d_kv * (ctx + num_decode)
-        return self.overhead_s + max(flops / (self.peak_flops * self.mfu), nbytes / (self.bandwidth * self.mbu))
+        return self.cost.step_s(prefill, decode_contexts_sum, num_decode)
 
     def swap_s(self, tokens: int) -> float:
         return tokens * self.kv_bytes_per_token / self.swap_bandwidth
 
-    def _roofline_constants(self) -> tuple[float, ...]:
-        """``step_s``'s roofline constants, folded as Python evaluates them left to right
-        (so closures built on them give ``step_s``'s floats bit for bit)."""
-        return (2 * self.params_nonembed, 2 * self.vocab * self.hidden, 4 * self.num_layers * self.hidden,
-                2 * self.params_total, 4 * self.num_layers * self.d_kv, self.peak_flops * self.mfu,
-                self.bandwidth * self.mbu, self.overhead_s)
-
     def decode_step_fn(self) -> Callable[[int, int], float]:
-        """``f(ctx, n) == self.step_s([], ctx, n)`` bit for bit -- the same float operations in
-        the same order, constants folded the way Python evaluates them left to right -- without
-        the per-call attribute lookups: for the simulator's decode runs.  O(1) per call."""
-        if self.kind == "linear":
-            base, seq, per_ctx, overhead = self.decode_base_s, self.decode_seq_s, self.decode_ctx_s, self.overhead_s
-
-            def linear(ctx: int, n: int) -> float:
-                t = 0.0
-                if n:
-                    t += base + seq * n + per_ctx * ctx
-                return t + overhead
-            return linear
-        p2, vd2, ld4, ptot2, lkv4, compute, memory, overhead = self._roofline_constants()
-
-        def roofline(ctx: int, n: int) -> float:
-            flops = p2 * n + vd2 * n + ld4 * (0.0 + ctx)
-            nbytes = ptot2 + lkv4 * (ctx + n)
-            a, b = flops / compute, nbytes / memory
-            return overhead + (b if b > a else a)     # == max(a, b), without the call
-        return roofline
+        """``f(ctx, n) == self.step_s([], ctx, n)`` bit for bit: for the simulator's decode runs."""
+        return self.cost.decode_s
 
     def chunk_step_fn(self) -> Callable[[int, int, int], float]:
         """``f(c, ctx, n) == self.step_s([(c, 0)], ctx, n)`` bit for bit (one uncached prefill
-        chunk of ``c`` tokens beside ``n`` decodes): the fair policy's budget bisection.  O(1)."""
-        if self.kind == "linear":
-            pb, pt, pa = self.prefill_batch_s, self.prefill_token_s, self.prefill_attn_s
-            base, seq, per_ctx, overhead = self.decode_base_s, self.decode_seq_s, self.decode_ctx_s, self.overhead_s
-
-            def linear(c: int, ctx: int, n: int) -> float:
-                t = 0.0
-                t += pb + pt * c
-                if pa:
-                    t += pa * (0.0 + c * (0 + c / 2))   # step_s's cached-context term, k = 0
-                if n:
-                    t += base + seq * n + per_ctx * ctx
-                return t + overhead
-            return linear
-        p2, vd2, ld4, ptot2, lkv4, compute, memory, overhead = self._roofline_constants()
-
-        def roofline(c: int, ctx: int, n: int) -> float:
-            flops = p2 * (c + n) + vd2 * (n + 1) + ld4 * (0.0 + c * (0 + c / 2) + ctx)
-            nbytes = ptot2 + lkv4 * (ctx + 0 + c + n)
-            a, b = flops / compute, nbytes / memory
-            return overhead + (b if b > a else a)     # == max(a, b), without the call
-        return roofline
+        chunk of ``c`` tokens beside ``n`` decodes): the fair policy's budget bisection."""
+        return self.cost.chunk_s
 
 
 def _kv_capacity(gpu_bytes: float, weight_bytes: float, kv_per_token: float, util: float = 0.9) -> int:

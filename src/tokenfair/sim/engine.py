@@ -12,6 +12,7 @@ from operator import attrgetter
 
 from ..costmodel import Profile
 from ..request import Request
+from ..stepcost import StepCost
 from ..sched.interface import SchedulerOutput, StepResult
 from ..workload import TraceRow
 
@@ -21,7 +22,7 @@ _num_computed = attrgetter("num_computed")
 class SimEngine:
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
-        self.decode_step_s = profile.decode_step_fn()   # == profile.step_s([], ctx, n), bit for bit
+        self.cost: StepCost = profile.cost      # step times (decode_s == profile.step_s([], ctx, n))
         self._true_len: dict[Request, int] = {}     # keyed by identity
         # output length at which each request stops (true length or max_tokens): fast-forward
         self.stop_at: dict[Request, int] = {}
@@ -58,7 +59,7 @@ class SimEngine:
             finished += [req for req in ending if req.num_output + 1 >= true_len[req]]
         for req in finished + ending:         # they end this step: nothing more to know
             self.forget(req)
-        dt = self.profile.step_s(prefill, sum(map(_num_computed, decode)), len(decode))
+        dt = self.cost.step_s(prefill, sum(map(_num_computed, decode)), len(decode))
         swap_tokens = 0
         if out.preempted:
             swap_tokens += sum(r.num_computed for r, mode in out.preempted if mode == "swap")
@@ -78,7 +79,7 @@ class RowFedEngine:
         self.engine = engine
         self.true_lengths = engine.true_lengths
         self.stop_at = engine.stop_at
-        self.decode_step_s = engine.decode_step_s
+        self.cost = engine.cost
         self.profile = engine.profile
 
     def add(self, req: Request, row: TraceRow) -> None:

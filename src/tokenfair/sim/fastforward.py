@@ -6,7 +6,7 @@ nothing else happens but requests finishing and KV blocks growing.  ``fast_forwa
 such a run segment by segment, a *segment* being the steps up to and including the next
 step in which a request finishes (true length or ``max_tokens``):
 
-  * step j's duration is the cost model's ``step_s([], ctx_j, n)`` (``decode_step_fn``: the
+  * step j's duration is the cost model's ``step_s([], ctx_j, n)`` (``StepCost.decode_s``: the
     same float operations), added to the clock in the same order, so times are identical;
   * requests advance k tokens, KV blocks grow to ``max(blocks, ceil(context / block_size))``;
     a segment stops before a step whose block growth the pool could not hold (eviction goes
@@ -138,14 +138,14 @@ def _segment(sched: IterationScheduler, engine: RowFedEngine, recorder: Recorder
     ctx = sum(map(_num_computed, running))
     free0 = pool.num_free
     k_max = k_fin if n * (k_fin // bs + 1) <= free0 else _kv_bound(running, free0, bs, k_fin)
-    step_s = engine.decode_step_s
+    cost = engine.cost
     ends: list[float] = []
     durations: list[float] = []
     t = now
     for j in range(k_max):
         if next_arrival <= t:
             break
-        dt = step_s(ctx + j * n, n)
+        dt = cost.decode_s(ctx + j * n, n)
         t += dt
         ends.append(t)
         durations.append(dt)
