@@ -24,10 +24,11 @@ import math
 from ...exactfloat import add_repeated
 from ...request import Request
 from .tenant import TenantState
+from .urgency import UrgencyMixin
 
 
-class AccountingMixin:
-    """Mixed into :class:`FairPolicy`; uses its tenants, WFQ and counters."""
+class AccountingMixin(UrgencyMixin):
+    """Part of :class:`FairPolicy`; uses its tenants, WFQ and counters."""
 
     def _used(self, req: Request) -> float:
         prompt_done = req.prompt_tokens if req.num_output else req.num_computed

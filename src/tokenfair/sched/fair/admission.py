@@ -82,7 +82,7 @@ class AdmissionControl:
         if t.spec.rate_limit is not None:
             t.bucket -= cost
 
-    def wakeup(self, tenants, now: float) -> float:
+    def wakeup(self, tenants: list[TenantState], now: float) -> float:
         """Earliest time a rate-limited tenant with waiting work has a non-negative bucket."""
         best = math.inf
         for t in tenants:

@@ -13,16 +13,19 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from ...request import Request, Status
 from ..policy import DecodeHold
-from .shares import LIGHT_FRACTION
+from .accounting import AccountingMixin
+from .state import LIGHT_FRACTION
 
-MIN_PREFILL_BUDGET = 128
-TPOT_MARGIN = 0.8
+MIN_PREFILL_BUDGET: Final = 128
+TPOT_MARGIN: Final = 0.8
 
 
-class BatchingMixin:
-    """Mixed into :class:`FairPolicy`; uses its tenants, WFQ and share meter."""
+class BatchingMixin(AccountingMixin):
+    """Part of :class:`FairPolicy`; uses its tenants, WFQ and share meter."""
 
     def prefill_budget(self, last_step: tuple[int, int, list[Request]], now: float) -> int:
         """The contract's prefill budget, shaped so the predicted step (with last step's decode

@@ -23,15 +23,24 @@ are dropped when they surface.
 from __future__ import annotations
 
 import heapq
+from typing import Any, Final
 
 from ...request import Request, Status
 
-_WAITING = (Status.WAITING, Status.SWAPPED)
-NO_WAIT_BOUND_S = 1e7
+_WAITING: Final = (Status.WAITING, Status.SWAPPED)
+NO_WAIT_BOUND_S: Final = 1e7
 
 
-def live(entry: tuple) -> bool:
-    req = entry[-1]
+# An ordering key: (float, int) or (float, int, int, int) -- its first element a time, the
+# rest integers (an int is a float to the type checker).  An entry is ``(*key, qtoken, req)``:
+# its element types differ by position and its length by key, which a tuple type cannot
+# say, so readers take its elements into annotated locals (``req: Request = e[-1]``).
+Key = tuple[float, ...]
+Entry = tuple[Any, ...]
+
+
+def live(entry: Entry) -> bool:
+    req: Request = entry[-1]
     return entry[-2] == req.qtoken and req.status in _WAITING
 
 
@@ -41,18 +50,18 @@ class LazyHeap:
     __slots__ = ("h",)
 
     def __init__(self) -> None:
-        self.h: list[tuple] = []
+        self.h: list[Entry] = []
 
-    def push(self, key: tuple, req: Request) -> None:
+    def push(self, key: Key, req: Request) -> None:
         heapq.heappush(self.h, (*key, req.qtoken, req))
 
-    def top(self) -> tuple | None:
+    def top(self) -> Entry | None:
         h = self.h
         while h and not live(h[0]):
             heapq.heappop(h)
         return h[0] if h else None
 
-    def pop(self) -> tuple:
+    def pop(self) -> Entry:
         return heapq.heappop(self.h)
 
     def __len__(self) -> int:
@@ -69,21 +78,22 @@ def virtual_deadline(req: Request, class_priority: float) -> float:
     return vd
 
 
-def order_key(req: Request, class_priority: float, block_size: int) -> tuple:
+def order_key(req: Request, class_priority: float, block_size: int) -> tuple[float, int, int, int]:
     remaining = req.num_uncomputed + req.predicted_remaining
     return (virtual_deadline(req, class_priority), remaining, -(-req.num_tokens // block_size), req.seq)
 
 
-def best_head(queues: dict, now: float) -> Request | None:
+def best_head(queues: dict[str, LazyHeap], now: float) -> Request | None:
     """The tenant's next request: highest effective priority among its class heads."""
-    best = None
-    best_key = None
+    best: Request | None = None
+    best_key: tuple[float, float, int] | None = None
     for q in queues.values():
         e = q.top()
         if e is None:
             continue
-        r = e[-1]
-        key = (-(r.priority + r.aging_rate * (now - r.enqueued_s)), e[0], r.seq)
+        r: Request = e[-1]
+        vd: float = e[0]
+        key = (-(r.priority + r.aging_rate * (now - r.enqueued_s)), vd, r.seq)
         if best_key is None or key < best_key:
             best, best_key = r, key
     return best

@@ -23,31 +23,36 @@ victim's tenant.  Configurable layers: ``order`` ("edf" or "fifo") via
 
 from __future__ import annotations
 
+from typing import Final
 
+from ...contract import Contract
+from ...costmodel import Profile
+from ...kv import BlockPool
 from ...request import Request
-from ..policy import Policy
-from .accounting import AccountingMixin
+from ..predictor import Predictor
 from .admission import AdmissionControl
-from .batching import BatchingMixin
-from .shares import SharesMixin
-from .ordering import LazyHeap, best_head, order_key
+from .ordering import Key, LazyHeap, best_head, order_key
 from .preemption import PreemptionPolicy
+from .shares import SharesMixin
 from .tenant import TenantState
-from .urgency import UrgencyMixin
 from .wfq import VirtualTimeWFQ
 
 
-PEAK_TAU_S = 60.0
+PEAK_TAU_S: Final = 60.0
 
 
-def _ttft_deadline(r: Request) -> tuple[float, int]:
+def _ttft_deadline(r: Request | None) -> tuple[float, int]:
     """Among light tenants (all within their share) the next admission is the head whose
     first-token deadline comes first: a burst of light requests is served in arrival order
-    (for equal SLOs) rather than by finish tag, which minimises the worst TTFT among them."""
+    (for equal SLOs) rather than by finish tag, which minimises the worst TTFT among them.
+    ``r``: a backlogged tenant's head, which exists (``None`` only as ``best_head`` types it)."""
+    assert r is not None
     return (r.enqueued_s + (r.ttft_slo_s or 0.0), r.seq)
 
 
-class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, UrgencyMixin, Policy):
+# the parts form one chain (state.py): FairPolicy -> SharesMixin -> BatchingMixin ->
+# AccountingMixin -> UrgencyMixin -> FairState -> Policy, the method order of the mixins
+class FairPolicy(SharesMixin):
     name = "fair"
     shared_budget = False
     hol_blocking = False
@@ -62,7 +67,7 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, UrgencyMixin, Poli
         self.order = order
         self.share_tau_s = float(share_tau_s)
 
-    def bind(self, contract, profile, pool, predictor) -> None:
+    def bind(self, contract: Contract, profile: Profile, pool: BlockPool, predictor: Predictor) -> None:
         super().bind(contract, profile, pool, predictor)
         c = contract.costs
         # a KV occupancy charge reads every step's blocks, which a fast-forward run skips
@@ -73,9 +78,9 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, UrgencyMixin, Poli
         self.admission = AdmissionControl(contract, pool)
         self.wfq = VirtualTimeWFQ(credit=contract.engine.prefill_token_budget * max(self.wp, 1e-9))
         self.preemption = PreemptionPolicy(contract, profile)
-        self.tenants: dict[str, TenantState] = {}
-        self.guaranteed: list[TenantState] = []
-        self.rate_limited: list[TenantState] = []
+        self.tenants = {}
+        self.guaranteed = []
+        self.rate_limited = []
         self.overdue = LazyHeap()
         self.deadlines = LazyHeap()
         self.class_min = {k: s.min_share for k, s in contract.classes.items() if s.min_share > 0}
@@ -87,13 +92,13 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, UrgencyMixin, Poli
         self.step_ewma_s = profile.step_s([], 1024, 1)
         self._chunk_step = profile.chunk_step_fn()
         self._last_shaped = 0                   # the last shaped prefill budget (batching.py)
-        self.first_service_s: float | None = None
+        self.first_service_s = None
         self.total_weight = 0.0
         self._now = 0.0
         self.active_weight = 0.0
         self.num_running = 0
         self._light_prefilling = False
-        self._admitted_prefills: list[Request] = []
+        self._admitted_prefills = []
         self._hold = None
         slos = [k.tpot_slo_s for k in contract.classes.values() if k.tpot_slo_s is not None]
         self._min_tpot_slo = min(slos) if slos else None
@@ -102,7 +107,7 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, UrgencyMixin, Poli
         adm = contract.admission
         self.headroom_blocks = int(adm.headroom_kv_fraction * pool.num_blocks)
         self.headroom_slots = int(adm.headroom_slot_fraction * contract.engine.max_running)
-        self._reserved_cache: tuple[int, int] | None = None
+        self._reserved_cache = None
 
     # -- tenants ------------------------------------------------------------------------
     def tenant(self, name: str, now: float = 0.0) -> TenantState:
@@ -148,7 +153,7 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, UrgencyMixin, Poli
             q = t.queues[req.klass] = LazyHeap()
         cls = self.contract.classes.get(req.klass)
         base = cls.priority if cls is not None else req.priority
-        key = (req.enqueued_s, req.seq) if self.order == "fifo" else order_key(req, base, self.pool.block_size)
+        key: Key = (req.enqueued_s, req.seq) if self.order == "fifo" else order_key(req, base, self.pool.block_size)
         q.push(key, req)
         if req.max_wait_s is not None:
             self.overdue.push((req.enqueued_s + req.max_wait_s, req.seq), req)
@@ -183,7 +188,8 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, UrgencyMixin, Poli
             self._rekey(t, self._now)
             self.wfq.update(t)
 
-    discard = take
+    def discard(self, req: Request) -> None:
+        self.take(req)
 
     def _rekey(self, t: TenantState, now: float) -> None:
         head = best_head(t.queues, now)
@@ -195,23 +201,26 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, UrgencyMixin, Poli
     def pick(self, now: float, blocked: set[str]) -> Request | None:
         self._now = now
         e = self.overdue.top()
-        if e is not None and e[0] <= now and e[-1].tenant not in blocked:
-            t = self.tenants[e[-1].tenant]
-            if t.vtime <= self.wfq.vnow + self.wfq.credit / t.weight:
-                return e[-1]
+        if e is not None and e[0] <= now:
+            overdue: Request = e[-1]
+            if overdue.tenant not in blocked:
+                t = self.tenants[overdue.tenant]
+                if t.vtime <= self.wfq.vnow + self.wfq.credit / t.weight:
+                    return overdue
         if self.guaranteed or self.class_min:
             r = self._below_guarantee(now, blocked)
             if r is not None:
                 return r
-        t = self.wfq.pick(blocked, prefer=lambda x: self.is_light(x, now),
-                          among=lambda x: _ttft_deadline(best_head(x.queues, now)))
-        return best_head(t.queues, now) if t is not None else None
+        picked = self.wfq.pick(blocked, prefer=lambda x: self.is_light(x, now),
+                               among=lambda x: _ttft_deadline(best_head(x.queues, now)))
+        return best_head(picked.queues, now) if picked is not None else None
 
     def _below_guarantee(self, now: float, blocked: set[str]) -> Request | None:
         total = self.recent_total
         if total <= 0:
             return None
-        best, best_gap = None, 0.0
+        best: Request | None = None
+        best_gap = 0.0
         for t in self.guaranteed:
             if t.num_waiting and t.name not in blocked:
                 gap = t.spec.min_share - t.decayed_recent(now, self.share_tau_s) / total
@@ -221,8 +230,10 @@ class FairPolicy(SharesMixin, BatchingMixin, AccountingMixin, UrgencyMixin, Poli
             if self.class_waiting[k]:
                 gap = share - self.class_recent[k] / total
                 e = self.class_heaps[k].top()
-                if gap > best_gap and e is not None and e[-1].tenant not in blocked:
-                    best, best_gap = e[-1], gap
+                if gap > best_gap and e is not None:
+                    head: Request = e[-1]
+                    if head.tenant not in blocked:
+                        best, best_gap = head, gap
         return best
 
     # -- admission -----------------------------------------------------------------------

@@ -14,6 +14,8 @@ exceeds ``min_benefit_ratio`` x the victim's recovery cost.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from ...contract import Contract
 from ...costmodel import Profile
 from ...request import Request
@@ -44,11 +46,13 @@ class PreemptionPolicy:
             return self.spec.mode
         return "swap" if self.swap_s(r) < self.recompute_s(r) else "recompute"
 
-    def key(self, r: Request, now: float, over: float) -> tuple:
+    def key(self, r: Request, now: float, over: float) -> tuple[float, float, int, int]:
         return (r.priority + r.aging_rate * (now - r.enqueued_s), -over, r.num_computed, -r.seq)
 
-    def choose(self, cands: list[Request], now: float, overshare) -> Request | None:
-        best, best_key = None, None
+    def choose(self, cands: list[Request], now: float,
+               overshare: Callable[[Request], float]) -> Request | None:
+        best: Request | None = None
+        best_key: tuple[float, float, int, int] | None = None
         for r in cands:
             if not self.eligible(r, now):
                 continue

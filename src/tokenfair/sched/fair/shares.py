@@ -17,16 +17,21 @@
 
 from __future__ import annotations
 
-from ...request import Status
+from typing import Final
+
+from ...request import Request, Status
+from .batching import BatchingMixin
+from .state import LIGHT_FRACTION
 from .tenant import TenantState
 
-LIGHT_FRACTION = 0.9
-LEVEL_REFRESH_S = 0.25
-PEAK_MARGIN = 1.25
+__all__ = ["LIGHT_FRACTION", "LEVEL_REFRESH_S", "PEAK_MARGIN", "SharesMixin"]
+
+LEVEL_REFRESH_S: Final = 0.25
+PEAK_MARGIN: Final = 1.25
 
 
-class SharesMixin:
-    """Mixed into :class:`FairPolicy`; uses its tenants, pool, contract and counters."""
+class SharesMixin(BatchingMixin):
+    """Part of :class:`FairPolicy`; uses its tenants, pool, contract and counters."""
 
     def under_share(self, t: TenantState, now: float, level: float | None = None) -> bool:
         """``t`` was recently served, per weight, clearly less than the most served active
@@ -37,7 +42,7 @@ class SharesMixin:
             level = self._level(now)
         return level > 0.0 and t.decayed_recent(now, self.share_tau_s) / t.weight < LIGHT_FRACTION * level
 
-    def is_light(self, t: TenantState, now: float, req=None) -> bool:
+    def is_light(self, t: TenantState, now: float, req: Request | None = None) -> bool:
         """A *light* tenant: even counting what it has asked for and not yet received (its
         queued predicted cost, plus what ``req``, one of its running requests, still needs),
         it stays under its share (:meth:`under_share`): what it asks for is within its fair
@@ -46,7 +51,7 @@ class SharesMixin:
         level = self._level(now)
         if not self.under_share(t, now, level):
             return False
-        pending = sum(t.queued_cost.values())
+        pending: float = sum(t.queued_cost.values())
         if req is not None and req.status is Status.RUNNING:
             pending += max(0.0, req.charged - req.used_cost)
         return (t.recent + pending) / t.weight < LIGHT_FRACTION * level
@@ -66,7 +71,7 @@ class SharesMixin:
             return None
         return self.recent_total / self.share_tau_s
 
-    def predicted_wait_s(self, t: TenantState, req, now: float) -> float:
+    def predicted_wait_s(self, t: TenantState, req: Request, now: float) -> float:
         """Predicted cost queued ahead of ``req`` in its tenant (classes of at least its base
         priority) over the rate the tenant's queue drains: the predicted cost of its admissions
         per second (decayed; both in predicted units, so prediction bias cancels; a tenant
@@ -117,7 +122,7 @@ class SharesMixin:
         their share (``_within_share(o, 0, 0)``, inlined: the same float operations, summed
         in tenant order as before).  O(tenants), at most once per step."""
         per: dict[str, tuple[float, float]] = {}
-        blocks_sum = slots_sum = 0
+        blocks_sum = slots_sum = 0.0
         active_weight = self.active_weight + 0.0     # every tenant counted here is active
         num_blocks = self.pool.num_blocks
         max_running = self.contract.engine.max_running

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
-from ...contract import TenantSpec
+from ...contract import ClassSpec, TenantSpec
 from ...request import Request
+from .ordering import LazyHeap
 
 
 class TenantState:
@@ -32,7 +33,7 @@ class TenantState:
         self.recent = 0.0           # exponentially decayed service (decayed lazily to recent_t)
         self.recent_t = now
         self.queued_cost: dict[str, float] = {}   # class -> predicted cost of its waiting requests
-        self.queues: dict = {}      # class -> ordering.ClassQueue
+        self.queues: dict[str, LazyHeap] = {}   # class -> its waiting requests (ordering.py)
         self.idle_since = now
         self.kv_peak = 0.0          # decayed peak of KV blocks held (+ the next admission)
         self.slots_peak = 0.0       # decayed peak of running requests
@@ -59,7 +60,7 @@ class TenantState:
             self.admitted_t = now
         return self.admitted
 
-    def queued_ahead(self, priority: float, classes) -> float:
+    def queued_ahead(self, priority: float, classes: dict[str, ClassSpec]) -> float:
         """Predicted cost queued in classes whose base priority is at least ``priority``:
         what a new request of that priority waits behind (O(classes))."""
         return sum(c for k, c in self.queued_cost.items()

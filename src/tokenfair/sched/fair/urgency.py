@@ -12,24 +12,27 @@
 from __future__ import annotations
 
 from ...request import Request
+from .state import FairState
 
 
-class UrgencyMixin:
-    """Mixed into :class:`FairPolicy`; uses its tenants, WFQ, deadlines heap and preemption."""
+class UrgencyMixin(FairState):
+    """Part of :class:`FairPolicy`; uses its tenants, WFQ, deadlines heap and preemption."""
 
     def estimate_service_s(self, req: Request) -> float:
         prefill = self.profile.step_s([(req.num_uncomputed, 0)], 0, 0) if req.num_uncomputed > 1 else 0.0
         return prefill + req.predicted_remaining * self.step_ewma_s
 
     def expire(self, now: float) -> list[tuple[Request, str]]:
-        out = []
+        out: list[tuple[Request, str]] = []
         while True:
             e = self.deadlines.top()
             if e is None or e[0] >= now:
                 return out
             self.deadlines.pop()
-            req = e[-1]
-            left = req.deadline_s - now
+            req: Request = e[-1]
+            deadline_s = req.deadline_s
+            assert deadline_s is not None            # only requests with a deadline are pushed
+            left = deadline_s - now
             out.append((req, f"deadline_infeasible: needs ~{self.estimate_service_s(req):.2f}s, "
                              f"{max(0.0, left):.2f}s left before the deadline"))
             self.take(req)

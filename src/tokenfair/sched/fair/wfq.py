@@ -41,6 +41,7 @@ rebuilt when it holds more than 4x the backlogged tenants); charge/refund/lift O
 from __future__ import annotations
 
 import heapq
+from typing import Callable
 
 from .tenant import TenantState
 
@@ -90,7 +91,8 @@ class VirtualTimeWFQ:
         if t.num_waiting:
             self._push(t)
 
-    def pick(self, blocked: set[str], prefer=None, look: int = 4, among=None) -> TenantState | None:
+    def pick(self, blocked: set[str], prefer: Callable[[TenantState], bool] | None = None, look: int = 4,
+             among: Callable[[TenantState], tuple[float, int]] | None = None) -> TenantState | None:
         """Least finish tag among backlogged tenants not in ``blocked``; with ``prefer``, the
         first of the ``look`` least that satisfies it, if any -- or, with ``among`` (a key),
         the one of those preferred tenants with the least ``among(t)`` (O(look log T))."""
@@ -111,7 +113,8 @@ class VirtualTimeWFQ:
             seen.add(t.name)
         return first
 
-    def _pick_among(self, blocked: set[str], prefer, look: int, among) -> TenantState | None:
+    def _pick_among(self, blocked: set[str], prefer: Callable[[TenantState], bool], look: int,
+                    among: Callable[[TenantState], tuple[float, int]]) -> TenantState | None:
         """``pick`` with ``among``: of the ``look`` least backlogged tenants not in
         ``blocked``, the preferred one with the least ``among``, else the least.
         O(look log T) heap operations."""
@@ -131,7 +134,7 @@ class VirtualTimeWFQ:
         look past them are pushed back (the last one found is never popped).  V moves to
         the first live entry's tag (monotone).  O((stale + blocked + count) log T)."""
         heap = self._heap
-        popped = []
+        popped: list[tuple[float, int, int, TenantState]] = []
         found: list[TenantState] = []
         while heap:
             _, _, stamp, t = heap[0]
