@@ -57,13 +57,13 @@ class AccountingMixin(UrgencyMixin):
         """One decode token each: O(1) per request, tenant updates aggregated per tenant
         (``tenant_counts``: the caller counted them already)."""
         wd = self.wd
-        charge = self.wfq.charge
+        wfq = self.wfq
         tenants = self.tenants
         for req in reqs:
             used = req.used_cost + wd
             req.used_cost = used
             if used > req.charged:
-                charge(tenants[req.tenant], used - req.charged)
+                wfq.charge(tenants[req.tenant], used - req.charged)
                 req.charged = used
         per_tenant = tenant_counts
         if per_tenant is None:
@@ -73,7 +73,7 @@ class AccountingMixin(UrgencyMixin):
         served_total = 0.0
         tau = self.share_tau_s
         class_recent = self.class_recent
-        last_t, f = None, 1.0
+        last_t, f = math.nan, 1.0                  # nan: unequal to every time (a float, for mypyc)
         for name, k in per_tenant.items():
             t = tenants[name]
             rt = t.recent_t
@@ -173,7 +173,7 @@ class AccountingMixin(UrgencyMixin):
         tau = self.share_tau_s
         now, end = step_ends[0], step_ends[-1]
         factors = [math.exp(-(step_ends[j] - step_ends[j - 1]) / tau) for j in range(1, len(step_ends))]
-        last_t, f = None, 1.0
+        last_t, f = math.nan, 1.0                  # nan: unequal to every time (a float, for mypyc)
         for t, s in served:
             r, rt = t.recent, t.recent_t
             if now > rt:

@@ -41,7 +41,8 @@ Entry = tuple[Any, ...]
 
 def live(entry: Entry) -> bool:
     req: Request = entry[-1]
-    return entry[-2] == req.qtoken and req.status in _WAITING
+    qtoken: int = entry[-2]
+    return qtoken == req.qtoken and req.status in _WAITING
 
 
 class LazyHeap:

@@ -201,9 +201,10 @@ class FairPolicy(SharesMixin):
     def pick(self, now: float, blocked: set[str]) -> Request | None:
         self._now = now
         e = self.overdue.top()
-        if e is not None and e[0] <= now:
+        if e is not None:
+            due: float = e[0]
             overdue: Request = e[-1]
-            if overdue.tenant not in blocked:
+            if due <= now and overdue.tenant not in blocked:
                 t = self.tenants[overdue.tenant]
                 if t.vtime <= self.wfq.vnow + self.wfq.credit / t.weight:
                     return overdue
