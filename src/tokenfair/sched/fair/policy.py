@@ -61,7 +61,8 @@ class FairPolicy(SharesMixin):
     # previous step's prefills), which fast-forward calls too; on_fast_forward is exact
     supports_fast_forward = True
 
-    def __init__(self, order: str = "edf", share_tau_s: float = 10.0) -> None:
+    def __init__(self, order: str = "edf", share_tau_s: float | str = 10.0) -> None:
+        # options come from a policy spec as strings (``fair:share_tau_s=5``, registry.py)
         if order not in ("edf", "fifo"):
             raise ValueError(f"fair: order must be 'edf' or 'fifo', got {order!r}")
         self.order = order
