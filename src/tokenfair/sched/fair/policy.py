@@ -67,12 +67,13 @@ class FairPolicy(SharesMixin):
             raise ValueError(f"fair: order must be 'edf' or 'fifo', got {order!r}")
         self.order = order
         self.share_tau_s = float(share_tau_s)
+        self._fast_forward = True
 
     def bind(self, contract: Contract, profile: Profile, pool: BlockPool, predictor: Predictor) -> None:
         super().bind(contract, profile, pool, predictor)
         c = contract.costs
         # a KV occupancy charge reads every step's blocks, which a fast-forward run skips
-        self.supports_fast_forward = c.kv_block_s == 0
+        self._fast_forward = c.kv_block_s == 0
         self.wp, self.wd = c.prefill_token, c.decode_token
         # integer cost weights keep every used cost and charge integer-valued (exact sums)
         self._integral_costs = float(self.wp).is_integer() and float(self.wd).is_integer() and self.wd > 0
@@ -109,6 +110,10 @@ class FairPolicy(SharesMixin):
         self.headroom_blocks = int(adm.headroom_kv_fraction * pool.num_blocks)
         self.headroom_slots = int(adm.headroom_slot_fraction * contract.engine.max_running)
         self._reserved_cache = None
+
+    def can_fast_forward(self) -> bool:
+        """Not with a KV occupancy charge (``costs.kv_block_s > 0``): it reads every step's blocks."""
+        return self._fast_forward
 
     # -- tenants ------------------------------------------------------------------------
     def tenant(self, name: str, now: float = 0.0) -> TenantState:

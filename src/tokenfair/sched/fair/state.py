@@ -32,6 +32,7 @@ LIGHT_FRACTION: Final = 0.9
 class FairState(Policy):
     order: str                              # in-queue order: "edf" or "fifo"
     share_tau_s: float                      # time constant of the decayed service statistics
+    _fast_forward: bool                     # can_fast_forward(): no KV occupancy charge
     wp: float                               # cost per prefill token
     wd: float                               # cost per decode token
     _integral_costs: bool                   # integer cost weights: exact fast-forward sums
