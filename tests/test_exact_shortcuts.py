@@ -63,7 +63,8 @@ def _check_shaping():
     rng = random.Random(11)
     for prof in BUILTIN_PROFILES.values():
         shaper = BatchingMixin()
-        shaper._chunk_step = step = prof.chunk_step_fn()
+        shaper._cost = prof.cost
+        step = prof.chunk_step_fn()
         shaper._last_shaped = 0
         ctx, n = 40_000, 40
         for _ in range(3000):

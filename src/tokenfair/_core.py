@@ -24,6 +24,10 @@ COMPILED_MODULES = (
     "tokenfair.sched.state", "tokenfair.sched.apply", "tokenfair.sched.admit",
     "tokenfair.sched.bulk", "tokenfair.sched.scheduler", "tokenfair.sched.fifo",
     "tokenfair.sched.baselines", "tokenfair.sched.vtc",
+    "tokenfair.sched.fair.state", "tokenfair.sched.fair.tenant", "tokenfair.sched.fair.ordering",
+    "tokenfair.sched.fair.wfq", "tokenfair.sched.fair.admission", "tokenfair.sched.fair.preemption",
+    "tokenfair.sched.fair.urgency", "tokenfair.sched.fair.accounting", "tokenfair.sched.fair.batching",
+    "tokenfair.sched.fair.shares", "tokenfair.sched.fair.policy",
     "tokenfair.sim.engine", "tokenfair.sim.fastforward", "tokenfair.sim.simulate",
 )
 

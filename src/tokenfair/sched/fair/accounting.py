@@ -19,6 +19,8 @@
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 import math
 
 from ...exactfloat import add_repeated
@@ -27,6 +29,7 @@ from .tenant import TenantState
 from .urgency import UrgencyMixin
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class AccountingMixin(UrgencyMixin):
     """Part of :class:`FairPolicy`; uses its tenants, WFQ and counters."""
 

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from typing import Final
 
 from ...request import Request, Status
@@ -24,6 +26,7 @@ MIN_PREFILL_BUDGET: Final = 128
 TPOT_MARGIN: Final = 0.8
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class BatchingMixin(AccountingMixin):
     """Part of :class:`FairPolicy`; uses its tenants, WFQ and share meter."""
 
@@ -45,8 +48,8 @@ class BatchingMixin(AccountingMixin):
         if slo is None or n == 0:
             return budget
         target = TPOT_MARGIN * slo
-        step = self._chunk_step                  # == profile.step_s([(c, 0)], ctx, n)
-        if step(budget, ctx, n) <= target:
+        cost = self._cost                        # cost.chunk_s(c, ctx, n) == profile.step_s([(c, 0)], ctx, n)
+        if cost.chunk_s(budget, ctx, n) <= target:
             return budget
         if self._light_prefilling:
             self._hold = self._hold_heavy_decodes(budget, n, ctx, target, now)
@@ -56,25 +59,25 @@ class BatchingMixin(AccountingMixin):
     def _shaped_budget(self, budget: int, ctx: int, n: int, target: float) -> int:
         """The largest multiple of 64 in [MIN_PREFILL_BUDGET, budget) whose predicted step
         fits ``target`` (MIN_PREFILL_BUDGET if none; ``budget`` itself if it is at most
-        MIN_PREFILL_BUDGET), given ``step(budget) > target``.  The
+        MIN_PREFILL_BUDGET), given ``cost.chunk_s(budget) > target``.  The
         step time is monotone in the chunk (every float operation of the cost model is), so
         bisection finds exactly that; the previous step's answer is tried first -- it is the
         answer iff it fits (or is the minimum) and 64 more does not (or reaches the budget):
         two evaluations where consecutive steps agree, else O(log budget) by bisection."""
         if budget <= MIN_PREFILL_BUDGET:
             return budget                        # the floor is the whole budget: never more
-        step = self._chunk_step                  # == profile.step_s([(c, 0)], ctx, n)
+        cost = self._cost                        # cost.chunk_s(c, ctx, n) == profile.step_s([(c, 0)], ctx, n)
         g = self._last_shaped
         if (MIN_PREFILL_BUDGET <= g < budget
-                and (g + 64 >= budget or step(g + 64, ctx, n) > target)
-                and (g == MIN_PREFILL_BUDGET or step(g, ctx, n) <= target)):
+                and (g + 64 >= budget or cost.chunk_s(g + 64, ctx, n) > target)
+                and (g == MIN_PREFILL_BUDGET or cost.chunk_s(g, ctx, n) <= target)):
             return g
         lo, hi = MIN_PREFILL_BUDGET, budget      # the largest multiple of 64 that fits (bisection)
         while hi - lo > 64:
             mid = (lo + hi) // 128 * 64
             if mid <= lo:                        # a budget that is not a multiple of 64
                 mid = lo + 64                    # (else mid == lo and the loop never ends)
-            if step(mid, ctx, n) <= target:
+            if cost.chunk_s(mid, ctx, n) <= target:
                 lo = mid
             else:
                 hi = mid
@@ -84,14 +87,14 @@ class BatchingMixin(AccountingMixin):
     def _hold_heavy_decodes(self, budget: int, n: int, ctx: int, target: float, now: float) -> DecodeHold:
         """A light tenant's prefill (its TTFT) is what the TPOT shaping would otherwise cut.
         Instead, the decodes of tenants that are not light give way: all but ``m`` of the
-        planned ``n`` decodes, the largest m with step(budget, m decodes of the mean
+        planned ``n`` decodes, the largest m with cost.chunk_s(budget, m decodes of the mean
         context) <= target (bisection, O(log n)), are held -- never one twice in a row,
         so a held stream still decodes every other step.  O(active tenants) for the held set."""
-        step = self._chunk_step                  # == profile.step_s([(c, 0)], ctx, n)
+        cost = self._cost                        # cost.chunk_s(c, ctx, n) == profile.step_s([(c, 0)], ctx, n)
         lo, hi = 0, n
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if step(budget, ctx * mid // n, mid) <= target:
+            if cost.chunk_s(budget, ctx * mid // n, mid) <= target:
                 lo = mid
             else:
                 hi = mid

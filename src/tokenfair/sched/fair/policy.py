@@ -23,6 +23,8 @@ victim's tenant.  Configurable layers: ``order`` ("edf" or "fifo") via
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from typing import Final
 
 from ...contract import Contract
@@ -52,6 +54,7 @@ def _ttft_deadline(r: Request | None) -> tuple[float, int]:
 
 # the parts form one chain (state.py): FairPolicy -> SharesMixin -> BatchingMixin ->
 # AccountingMixin -> UrgencyMixin -> FairState -> Policy, the method order of the mixins
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FairPolicy(SharesMixin):
     name = "fair"
     shared_budget = False
@@ -92,7 +95,7 @@ class FairPolicy(SharesMixin):
         self.recent_total = 0.0
         self.num_queued = 0
         self.step_ewma_s = profile.step_s([], 1024, 1)
-        self._chunk_step = profile.chunk_step_fn()
+        self._cost = profile.cost               # the step-time arithmetic (chunk_s: batching.py)
         self._last_shaped = 0                   # the last shaped prefill budget (batching.py)
         self.first_service_s = None
         self.total_weight = 0.0

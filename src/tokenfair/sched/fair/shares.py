@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from typing import Final
 
 from ...request import Request, Status
@@ -30,6 +32,7 @@ LEVEL_REFRESH_S: Final = 0.25
 PEAK_MARGIN: Final = 1.25
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SharesMixin(BatchingMixin):
     """Part of :class:`FairPolicy`; uses its tenants, pool, contract and counters."""
 

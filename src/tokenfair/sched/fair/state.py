@@ -14,9 +14,12 @@ is overridden, so the stubs never run.
 
 from __future__ import annotations
 
-from typing import Callable, Final
+from mypy_extensions import mypyc_attr
+
+from typing import Final
 
 from ...request import Request
+from ...stepcost import StepCost
 from ..policy import DecodeHold, Policy
 from .admission import AdmissionControl
 from .ordering import LazyHeap
@@ -29,6 +32,7 @@ from .wfq import VirtualTimeWFQ
 LIGHT_FRACTION: Final = 0.9
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FairState(Policy):
     order: str                              # in-queue order: "edf" or "fifo"
     share_tau_s: float                      # time constant of the decayed service statistics
@@ -51,7 +55,7 @@ class FairState(Policy):
     recent_total: float                     # decayed service, all tenants
     num_queued: int
     step_ewma_s: float                      # recent step time
-    _chunk_step: Callable[[int, int, int], float]   # profile.chunk_step_fn()
+    _cost: StepCost                         # the step-time arithmetic (profile.cost)
     _last_shaped: int                       # the last shaped prefill budget (batching.py)
     first_service_s: float | None
     total_weight: float

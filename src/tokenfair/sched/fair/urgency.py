@@ -11,10 +11,13 @@
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from ...request import Request
 from .state import FairState
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class UrgencyMixin(FairState):
     """Part of :class:`FairPolicy`; uses its tenants, WFQ, deadlines heap and preemption."""
 
