@@ -187,6 +187,14 @@ def test_in_queue_order_is_swappable():
         make_policy("fair:order=random").bind(c, PROFILE, None, None)
 
 
+def test_policy_spec_options_arrive_as_strings():
+    # "fair:share_tau_s=5" passes "5": the compiled policy took only a float once
+    p = make_policy("fair:share_tau_s=5")
+    assert p.share_tau_s == 5.0 and isinstance(p.share_tau_s, float)
+    with pytest.raises(ValueError, match="bad option"):
+        make_policy("fair:share_tau_s=soon")
+
+
 def test_kv_block_seconds_are_charged_when_weighted():
     base = {"classes": {"interactive": {"priority": 0}}, "admission": {"shed_over_max_wait": False}}
     rows = [TraceRow("long", 0.0, "a", 3000, 50), TraceRow("short", 0.0, "b", 100, 50)]

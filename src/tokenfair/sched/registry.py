@@ -35,7 +35,7 @@ def make_policy(spec: str) -> Policy:
         raise KeyError(f"unknown policy {name!r}; choose one of: {', '.join(sorted(POLICIES))}") from None
     try:
         return factory(**kwargs)
-    except TypeError as err:
+    except (TypeError, ValueError) as err:       # unknown option, or a value it cannot take
         raise ValueError(f"policy {spec!r}: bad option ({err})") from None
 
 
