@@ -13,15 +13,10 @@ hold (``Policy.decode_hold``) is applied to them as the loop would, request by r
 
 from __future__ import annotations
 
-from operator import attrgetter
-
 from ..kv import BlockPool
 from ..request import Request, Status
 from .interface import SchedulerOutput
 from .policy import Budget, DecodeHold
-
-_num_computed = attrgetter("num_computed")
-
 
 def leading_decodes(running: list[Request], hint: list[Request] | None) -> int:
     """How many running requests, from the oldest, are surely decoding, given the last
@@ -80,4 +75,4 @@ def bulk_decodes(running: list[Request], pool: BlockPool, out: SchedulerOutput, 
     else:
         budget.decode_left -= n
     out.decode.extend(decs)
-    return m, sum(map(_num_computed, decs)), len(held_now), sum(map(_num_computed, held_now))
+    return m, sum([r.num_computed for r in decs]), len(held_now), sum([r.num_computed for r in held_now])

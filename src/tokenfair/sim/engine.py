@@ -8,16 +8,11 @@ a request finishes on the step that samples its last token, and the engine then 
 
 from __future__ import annotations
 
-from operator import attrgetter
-
 from ..costmodel import Profile
 from ..request import Request
 from ..stepcost import StepCost
 from ..sched.interface import SchedulerOutput, StepResult
 from ..workload import TraceRow
-
-_num_computed = attrgetter("num_computed")
-
 
 class SimEngine:
     def __init__(self, profile: Profile) -> None:
@@ -59,7 +54,7 @@ class SimEngine:
             finished += [req for req in ending if req.num_output + 1 >= true_len[req]]
         for req in finished + ending:         # they end this step: nothing more to know
             self.forget(req)
-        dt = self.cost.step_s(prefill, sum(map(_num_computed, decode)), len(decode))
+        dt = self.cost.step_s(prefill, sum([r.num_computed for r in decode]), len(decode))
         swap_tokens = 0
         if out.preempted:
             swap_tokens += sum(r.num_computed for r, mode in out.preempted if mode == "swap")

@@ -28,7 +28,6 @@ work for its k steps, instead of O(n) Python work per step.
 
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import Callable
 
 from ..kv import BlockPool
@@ -38,9 +37,6 @@ from ..sched.scheduler import IterationScheduler
 from .engine import RowFedEngine
 
 Counts = tuple[dict[str, int], dict[str, int]]     # running requests per tenant, per class
-
-_num_computed = attrgetter("num_computed")
-
 
 def _growth(running: list[Request], bs: int, k: int) -> int:
     """KV blocks that ``k`` more decode steps add to ``running``: O(n)."""
@@ -135,7 +131,7 @@ def _segment(sched: IterationScheduler, engine: RowFedEngine, recorder: Recorder
     k_fin = min(gaps)
     if k_fin < 1:
         return now, 0, False, counts
-    ctx = sum(map(_num_computed, running))
+    ctx = sum([r.num_computed for r in running])
     free0 = pool.num_free
     k_max = k_fin if n * (k_fin // bs + 1) <= free0 else _kv_bound(running, free0, bs, k_fin)
     cost = engine.cost
