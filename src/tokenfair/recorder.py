@@ -32,25 +32,52 @@ class Recorder:
         # integer cost weights keep every service sum integer-valued: k equal additions are
         # then exactly one multiplication (sums stay far below 2**53)
         self._integral = float(costs.prefill_token).is_integer() and float(costs.decode_token).is_integer()
+        self._wp, self._wd = costs.prefill_token, costs.decode_token
+        # the open bucket's service and tokens, summed here in the order record_* adds them and
+        # written into the series when the bucket changes (time never goes back) or on to_json
+        self._open = -1
+        self._open_tenants: dict[str, float] = {}
+        self._open_classes: dict[str, float] = {}
+        self._open_tokens = 0
+
+    def _bucket(self, b: int) -> None:
+        """Make ``b`` the open bucket: O(names served in the previous one)."""
+        if b != self._open:
+            if b < self._open:
+                raise ValueError(f"recorder: time went back from bucket {self._open} to {b}")
+            self._flush()
+            self._open, self._open_tokens = b, 0
+            self._open_tenants, self._open_classes = {}, {}
+
+    def _flush(self) -> None:
+        b = self._open
+        if b < 0:
+            return
+        for name, x in self._open_tenants.items():
+            self.tenant_service[name][b] = x
+        for name, x in self._open_classes.items():
+            self.class_service[name][b] = x
+        self.tokens[b] = self._open_tokens
 
     def record_step(self, out: SchedulerOutput, t_end: float, duration_s: float,
                     num_waiting: int, num_running: int, kv_usage: float) -> None:
         b = int(t_end // self.bucket_s)
-        wp, wd = self.costs.prefill_token, self.costs.decode_token
-        ts, cs = self.tenant_service, self.class_service
+        self._bucket(b)
+        wp, wd = self._wp, self._wd
+        ts, cs = self._open_tenants, self._open_classes
         n_tokens = 0
         for req, n in out.prefill:
             c = wp * n
-            ts[req.tenant][b] += c
-            cs[req.klass][b] += c
+            ts[req.tenant] = ts.get(req.tenant, 0.0) + c
+            cs[req.klass] = cs.get(req.klass, 0.0) + c
             n_tokens += n
         tenants, classes = out.decode_counts or _counts2(out.decode)
         for name, cnt in tenants.items():
-            ts[name][b] += wd * cnt
+            ts[name] = ts.get(name, 0.0) + wd * cnt
         for name, cnt in classes.items():
-            cs[name][b] += wd * cnt
+            cs[name] = cs.get(name, 0.0) + wd * cnt
         n_tokens += len(out.decode)
-        self.tokens[b] += n_tokens
+        self._open_tokens += n_tokens
         for req, mode in out.preempted:
             self.preemptions.append((t_end - duration_s, req.request_id, req.tenant, mode))
         self.queue_len[b] = num_waiting
@@ -68,10 +95,9 @@ class Recorder:
         the KV usage after step j; ``running_after`` the running count after the last step
         (the others run ``sum(tenants.values())``).  O(buckets x names + k), plus O(k) per
         name when a service sum is not integer-valued (``add_repeated``)."""
-        wd = self.costs.decode_token
+        wd = self._wd
         bucket_s = self.bucket_s
         n = sum(tenants.values())
-        ts, cs = self.tenant_service, self.class_service
         last = len(step_ends) - 1
         i = 0
         while i <= last:
@@ -80,14 +106,14 @@ class Recorder:
             while j < last and int(step_ends[j + 1] // bucket_s) == b:
                 j += 1
             k = j - i + 1
-            for counts, service in ((tenants, ts), (classes, cs)):
+            self._bucket(b)
+            for counts, service in ((tenants, self._open_tenants), (classes, self._open_classes)):
                 for name, cnt in counts.items():
-                    acc = service[name]
                     if self._integral:
-                        acc[b] += wd * cnt * k
+                        service[name] = service.get(name, 0.0) + wd * cnt * k
                     else:
-                        acc[b] = add_repeated(acc[b], wd * cnt, k)
-            self.tokens[b] += n * k
+                        service[name] = add_repeated(service.get(name, 0.0), wd * cnt, k)
+            self._open_tokens += n * k
             self.queue_len[b] = 0
             self.running[b] = n if j < last else running_after
             self.kv_usage[b] = usage_after(j)
@@ -97,6 +123,7 @@ class Recorder:
         self.num_steps += len(step_ends)
 
     def to_json(self) -> dict[str, object]:
+        self._flush()                   # the open bucket as it stands (it may still grow)
         return {
             "bucket_s": self.bucket_s,
             "tenant_service": {t: dict(sorted(v.items())) for t, v in self.tenant_service.items()},
