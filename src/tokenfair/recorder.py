@@ -142,8 +142,7 @@ def _counts2(reqs: list[Request]) -> tuple[dict[str, int], dict[str, int]]:
     """Requests per tenant and per class, in one pass."""
     tenants: dict[str, int] = {}
     classes: dict[str, int] = {}
-    tget, cget = tenants.get, classes.get
     for r in reqs:
-        tenants[r.tenant] = tget(r.tenant, 0) + 1
-        classes[r.klass] = cget(r.klass, 0) + 1
+        tenants[r.tenant] = tenants.get(r.tenant, 0) + 1
+        classes[r.klass] = classes.get(r.klass, 0) + 1
     return tenants, classes

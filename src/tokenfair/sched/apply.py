@@ -39,7 +39,6 @@ class ApplyMixin(SchedulerState):
         reached_max: list[Request] = []
         tenants: dict[str, int] = {}                # decoding requests per tenant / class
         classes: dict[str, int] = {}
-        tget, cget = tenants.get, classes.get
         for req in decoded:                         # hot loop: O(1) per decoding request
             req.num_computed += 1
             num_output = req.num_output + 1
@@ -48,8 +47,8 @@ class ApplyMixin(SchedulerState):
                 req.first_token_s = now
             if num_output >= req.max_tokens:
                 reached_max.append(req)
-            tenants[req.tenant] = tget(req.tenant, 0) + 1
-            classes[req.klass] = cget(req.klass, 0) + 1
+            tenants[req.tenant] = tenants.get(req.tenant, 0) + 1
+            classes[req.klass] = classes.get(req.klass, 0) + 1
         if len(decoded) == len(out.decode):
             out.decode_counts = (tenants, classes)
         policy.on_decoded(decoded, now, tenant_counts=tenants)
