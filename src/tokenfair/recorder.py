@@ -12,7 +12,7 @@ from typing import Callable
 
 from .contract import CostWeights
 from .exactfloat import add_repeated
-from .request import Request
+from .request import count_by_tenant_and_class
 from .sched.interface import SchedulerOutput
 
 
@@ -71,7 +71,7 @@ class Recorder:
             ts[req.tenant] = ts.get(req.tenant, 0.0) + c
             cs[req.klass] = cs.get(req.klass, 0.0) + c
             n_tokens += n
-        tenants, classes = out.decode_counts or _counts2(out.decode)
+        tenants, classes = out.decode_counts or count_by_tenant_and_class(out.decode)
         for name, cnt in tenants.items():
             ts[name] = ts.get(name, 0.0) + wd * cnt
         for name, cnt in classes.items():
@@ -136,13 +136,3 @@ class Recorder:
             "num_steps": self.num_steps,
             "busy_s": self.busy_s,
         }
-
-
-def _counts2(reqs: list[Request]) -> tuple[dict[str, int], dict[str, int]]:
-    """Requests per tenant and per class, in one pass."""
-    tenants: dict[str, int] = {}
-    classes: dict[str, int] = {}
-    for r in reqs:
-        tenants[r.tenant] = tenants.get(r.tenant, 0) + 1
-        classes[r.klass] = classes.get(r.klass, 0) + 1
-    return tenants, classes

@@ -15,6 +15,7 @@ Lifecycle (each request ends in exactly one terminal state, with a reason)::
 from __future__ import annotations
 
 import enum
+from collections import _count_elements     # type: ignore[attr-defined]  # C: counts into a dict
 
 
 class Status(str, enum.Enum):
@@ -117,3 +118,13 @@ class Request:
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return (f"Request({self.request_id!r}, tenant={self.tenant!r}, class={self.klass!r}, "
                 f"status={self.status.value}, computed={self.num_computed}, out={self.num_output})")
+
+
+def count_by_tenant_and_class(reqs: list[Request]) -> tuple[dict[str, int], dict[str, int]]:
+    """Requests per tenant and per class, each dict in first-seen order: O(n), the counting in
+    C (``collections._count_elements``, what ``Counter`` uses, into plain dicts)."""
+    tenants: dict[str, int] = {}
+    classes: dict[str, int] = {}
+    _count_elements(tenants, [r.tenant for r in reqs])
+    _count_elements(classes, [r.klass for r in reqs])
+    return tenants, classes

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from mypy_extensions import mypyc_attr
 
-from ..request import Request, Status
+from ..request import Request, Status, count_by_tenant_and_class
 from .interface import SchedulerOutput, StepResult
 from .state import SchedulerState
 
@@ -37,8 +37,6 @@ class ApplyMixin(SchedulerState):
         running = Status.RUNNING
         decoded = [req for req in out.decode if req.status is running]
         reached_max: list[Request] = []
-        tenants: dict[str, int] = {}                # decoding requests per tenant / class
-        classes: dict[str, int] = {}
         for req in decoded:                         # hot loop: O(1) per decoding request
             req.num_computed += 1
             num_output = req.num_output + 1
@@ -47,8 +45,7 @@ class ApplyMixin(SchedulerState):
                 req.first_token_s = now
             if num_output >= req.max_tokens:
                 reached_max.append(req)
-            tenants[req.tenant] = tenants.get(req.tenant, 0) + 1
-            classes[req.klass] = classes.get(req.klass, 0) + 1
+        tenants, classes = count_by_tenant_and_class(decoded)   # decoding requests per name
         if len(decoded) == len(out.decode):
             out.decode_counts = (tenants, classes)
         policy.on_decoded(decoded, now, tenant_counts=tenants)

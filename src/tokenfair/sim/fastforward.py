@@ -32,7 +32,7 @@ from typing import Callable
 
 from ..kv import BlockPool
 from ..recorder import Recorder
-from ..request import Request, Status
+from ..request import Request, Status, count_by_tenant_and_class
 from ..sched.scheduler import IterationScheduler
 from .engine import RowFedEngine
 
@@ -92,16 +92,6 @@ def fast_forward(sched: IterationScheduler, engine: RowFedEngine, recorder: Reco
     return t
 
 
-def _counts(running: list[Request]) -> Counts:
-    """Requests per tenant and per class: O(n)."""
-    tenants: dict[str, int] = {}
-    classes: dict[str, int] = {}
-    for r in running:
-        tenants[r.tenant] = tenants.get(r.tenant, 0) + 1
-        classes[r.klass] = classes.get(r.klass, 0) + 1
-    return tenants, classes
-
-
 def _without(counts: Counts, gone: list[Request]) -> Counts:
     """``counts`` less the requests ``gone`` (new dicts; names down to 0 dropped): O(gone)."""
     tenants, classes = dict(counts[0]), dict(counts[1])
@@ -152,7 +142,7 @@ def _segment(sched: IterationScheduler, engine: RowFedEngine, recorder: Recorder
     if first:                             # as the first step's schedule() does (see above)
         policy.prefill_budget(sched.step_stats, now)
     usage_after = _usage_after(running, pool, ends, recorder.bucket_s)
-    tenants, classes = counts = counts or _counts(running)
+    tenants, classes = counts = counts or count_by_tenant_and_class(running)
     grown = 0
     held = pool.held
     for r in running:
