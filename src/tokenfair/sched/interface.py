@@ -10,22 +10,35 @@ and every request in ``decode`` samples exactly one token this step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from ..request import Request, Status
 
 
-@dataclass(slots=True)
+# init=False: the constructors are written out, so that compiled they run as C (a generated
+# dataclass __init__ stays interpreted); repr and equality are the dataclass's
+@dataclass(slots=True, init=False)
 class SchedulerOutput:
-    prefill: list[tuple[Request, int]] = field(default_factory=list)   # (request, new tokens)
-    decode: list[Request] = field(default_factory=list)
-    preempted: list[tuple[Request, str]] = field(default_factory=list)  # (request, "recompute"|"swap")
-    swapped_in: list[Request] = field(default_factory=list)
-    aborted: list[Request] = field(default_factory=list)  # ended by the scheduler; engine frees state
+    prefill: list[tuple[Request, int]]      # (request, new tokens)
+    decode: list[Request]
+    preempted: list[tuple[Request, str]]    # (request, "recompute"|"swap")
+    swapped_in: list[Request]
+    aborted: list[Request]                  # ended by the scheduler; engine frees state
     # set by update_from_output when every request in ``decode`` decoded: (requests per
     # tenant, per class), in order of first appearance (the recorder reuses the count)
-    decode_counts: tuple[dict[str, int], dict[str, int]] | None = None
+    decode_counts: tuple[dict[str, int], dict[str, int]] | None
+
+    def __init__(self, prefill: list[tuple[Request, int]] | None = None, decode: list[Request] | None = None,
+                 preempted: list[tuple[Request, str]] | None = None, swapped_in: list[Request] | None = None,
+                 aborted: list[Request] | None = None,
+                 decode_counts: tuple[dict[str, int], dict[str, int]] | None = None) -> None:
+        self.prefill = [] if prefill is None else prefill
+        self.decode = [] if decode is None else decode
+        self.preempted = [] if preempted is None else preempted
+        self.swapped_in = [] if swapped_in is None else swapped_in
+        self.aborted = [] if aborted is None else aborted
+        self.decode_counts = decode_counts
 
     @property
     def is_empty(self) -> bool:
@@ -36,12 +49,19 @@ class SchedulerOutput:
         return sum(n for _, n in self.prefill)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StepResult:
     duration_s: float
-    finished: list[Request] = field(default_factory=list)        # generation ended (EOS/max/true length)
-    failed: list[tuple[Request, str]] = field(default_factory=list)
-    swap_s: float = 0.0
+    finished: list[Request]                 # generation ended (EOS/max/true length)
+    failed: list[tuple[Request, str]]
+    swap_s: float
+
+    def __init__(self, duration_s: float, finished: list[Request] | None = None,
+                 failed: list[tuple[Request, str]] | None = None, swap_s: float = 0.0) -> None:
+        self.duration_s = duration_s
+        self.finished = [] if finished is None else finished
+        self.failed = [] if failed is None else failed
+        self.swap_s = swap_s
 
 
 class Engine(Protocol):
