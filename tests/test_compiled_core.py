@@ -91,3 +91,7 @@ def test_stale_modules_sees_an_edited_source(tmp_path, monkeypatch):
     assert core.compiled_modules() == ["tokenfair.sched.fifo"] and core.stale_modules() == []
     os.utime(source, (3_000, 3_000))
     assert core.stale_modules() == ["tokenfair.sched.fifo"]
+    shared = tmp_path / "abc__mypyc.cpython-311-x86_64-linux-gnu.so"   # the group's code, rebuilt
+    shared.write_bytes(b"")
+    os.utime(shared, (4_000, 4_000))
+    assert core.stale_modules() == []

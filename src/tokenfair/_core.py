@@ -47,12 +47,17 @@ def compiled_modules() -> list[str]:
 
 
 def stale_modules() -> list[str]:
-    """Compiled modules whose ``.py`` changed after the extension was built."""
+    """Compiled modules whose ``.py`` changed after the extension was built.  A module's
+    extension is a thin shim (a rebuild may keep an old one) over the group's shared library
+    beside the package, which every build rewrites: the newer of the two counts."""
+    libs = [lib.stat().st_mtime for lib in _PACKAGE_DIR.parent.glob("*__mypyc.*.so")]
     stale = []
     for m in COMPILED_MODULES:
         source, exts = _paths(m)
-        if exts and source.exists() and source.stat().st_mtime > max(e.stat().st_mtime for e in exts):
-            stale.append(m)
+        if exts and source.exists():
+            built = max([e.stat().st_mtime for e in exts] + libs)
+            if source.stat().st_mtime > built:
+                stale.append(m)
     return stale
 
 
