@@ -22,6 +22,18 @@ ctx_coef ctx)``.  All O(prefill chunks) per call.
 from __future__ import annotations
 
 
+def _prefill_terms(prefill: list[tuple[int, int]]) -> tuple[int, float, int]:
+    """(new tokens, ``attn = sum c (k + c/2)`` summed in chunk order, cached + new tokens)."""
+    n_prefill = 0
+    attn = 0.0
+    ctx = 0
+    for c, k in prefill:
+        n_prefill += c
+        attn += c * (k + c / 2)
+        ctx += k + c
+    return n_prefill, attn, ctx
+
+
 class StepCost:
     def step_s(self, prefill: list[tuple[int, int]], decode_contexts_sum: int, num_decode: int) -> float:
         """Seconds for one step: prefill chunks ``[(new_tokens, cached_tokens)]`` and
@@ -50,13 +62,8 @@ class RooflineCost(StepCost):
         self.overhead_s = overhead_s
 
     def step_s(self, prefill: list[tuple[int, int]], decode_contexts_sum: int, num_decode: int) -> float:
-        n_prefill = 0
-        attn = 0.0
-        ctx = decode_contexts_sum
-        for c, k in prefill:
-            n_prefill += c
-            attn += c * (k + c / 2)
-            ctx += k + c
+        n_prefill, attn, prefill_ctx = _prefill_terms(prefill)
+        ctx = decode_contexts_sum + prefill_ctx
         n = n_prefill + num_decode
         seqs = num_decode + len(prefill)
         flops = self.params2 * n + self.vocab_hidden2 * seqs + self.layers_hidden4 * (attn + decode_contexts_sum)
@@ -89,11 +96,7 @@ class LinearCost(StepCost):
         self.overhead_s = overhead_s
 
     def step_s(self, prefill: list[tuple[int, int]], decode_contexts_sum: int, num_decode: int) -> float:
-        n_prefill = 0
-        attn = 0.0
-        for c, k in prefill:
-            n_prefill += c
-            attn += c * (k + c / 2)
+        n_prefill, attn, _ = _prefill_terms(prefill)
         t = 0.0
         if prefill:
             t += self.prefill_batch_s + self.prefill_token_s * n_prefill
