@@ -40,7 +40,7 @@ def bulk_decodes(running: list[Request], pool: BlockPool, out: SchedulerOutput, 
     how many were held, the held ones' context sum); all 0 leaves them to the per-request
     loop, untouched.  With a ``hold``, the first ones in running order that the loop would
     hold (a held tenant's, not held in step ``step_no - 1``, up to ``hold.num_to_hold``) are
-    held exactly as it would.  O(m) in comprehensions; a request whose context fills its last
+    held exactly as it would.  O(m) in one pass; a request whose context fills its last
     block gets one more (``pool.held`` kept)."""
     decs = running[:m]
     held_now: list[Request] = []
@@ -58,7 +58,13 @@ def bulk_decodes(running: list[Request], pool: BlockPool, out: SchedulerOutput, 
     if n > (budget.prefill_left if budget.shared else budget.decode_left):
         return 0, 0, 0, 0
     bs = pool.block_size
-    crossing = [r for r in decs if r.num_computed >= r.blocks * bs]
+    crossing: list[Request] = []        # contexts that fill their last block
+    ctx = 0
+    for r in decs:
+        c = r.num_computed
+        ctx += c
+        if c >= r.blocks * bs:
+            crossing.append(r)
     if len(crossing) > pool.num_free:
         return 0, 0, 0, 0
     for r in held_now:
@@ -75,4 +81,4 @@ def bulk_decodes(running: list[Request], pool: BlockPool, out: SchedulerOutput, 
     else:
         budget.decode_left -= n
     out.decode.extend(decs)
-    return m, sum([r.num_computed for r in decs]), len(held_now), sum([r.num_computed for r in held_now])
+    return m, ctx, len(held_now), sum([r.num_computed for r in held_now])

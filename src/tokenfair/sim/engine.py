@@ -43,18 +43,23 @@ class SimEngine:
             self.busy_s += dt
 
     def execute(self, out: SchedulerOutput) -> StepResult:
-        """O(prefills + decodes), the per-decode work in comprehensions."""
+        """O(prefills + decodes): one pass over the decodes."""
         true_len, stop_at = self._true_len, self.stop_at
         finished = [req for req, n in out.prefill
                     if n == req.num_uncomputed and req.num_output + 1 >= true_len[req]]
         prefill = [(n, req.num_computed) for req, n in out.prefill]
         decode = out.decode
-        ending = [req for req in decode if req.num_output + 1 >= stop_at[req]]   # true length or max_tokens
+        ending: list[Request] = []          # at their true length or max_tokens
+        ctx = 0
+        for req in decode:
+            ctx += req.num_computed
+            if req.num_output + 1 >= stop_at[req]:
+                ending.append(req)
         if ending:
             finished += [req for req in ending if req.num_output + 1 >= true_len[req]]
         for req in finished + ending:         # they end this step: nothing more to know
             self.forget(req)
-        dt = self.cost.step_s(prefill, sum([r.num_computed for r in decode]), len(decode))
+        dt = self.cost.step_s(prefill, ctx, len(decode))
         swap_tokens = 0
         if out.preempted:
             swap_tokens += sum(r.num_computed for r, mode in out.preempted if mode == "swap")

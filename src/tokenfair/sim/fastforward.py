@@ -117,11 +117,14 @@ def _segment(sched: IterationScheduler, engine: RowFedEngine, recorder: Recorder
     bs = pool.block_size
     stop_at = engine.stop_at
     n = len(running)
-    gaps = [stop_at[r] - r.num_output for r in running]   # steps until each one stops
+    gaps: list[int] = []                  # steps until each one stops
+    ctx = 0
+    for r in running:
+        gaps.append(stop_at[r] - r.num_output)
+        ctx += r.num_computed
     k_fin = min(gaps)
     if k_fin < 1:
         return now, 0, False, counts
-    ctx = sum([r.num_computed for r in running])
     free0 = pool.num_free
     k_max = k_fin if n * (k_fin // bs + 1) <= free0 else _kv_bound(running, free0, bs, k_fin)
     cost = engine.cost

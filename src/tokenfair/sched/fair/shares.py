@@ -54,7 +54,9 @@ class SharesMixin(BatchingMixin):
         level = self._level(now)
         if not self.under_share(t, now, level):
             return False
-        pending: float = sum(t.queued_cost.values())
+        pending = 0.0
+        for cost in t.queued_cost.values():
+            pending += cost
         if req is not None and req.status is Status.RUNNING:
             pending += max(0.0, req.charged - req.used_cost)
         return (t.recent + pending) / t.weight < LIGHT_FRACTION * level
