@@ -123,12 +123,14 @@ class Request:
 def count_by_tenant_and_class(reqs: list[Request]) -> tuple[dict[str, int], dict[str, int]]:
     """Requests per tenant and per class, each dict in first-seen order: O(n), the counting in
     C (``collections._count_elements``, what ``Counter`` uses, into plain dicts)."""
-    tenants: dict[str, int] = {}
-    classes: dict[str, int] = {}
-    _count_elements(tenants, [r.tenant for r in reqs])
-    names = [r.klass for r in reqs]
-    if names and names.count(names[0]) == len(names):      # one class (the common case)
-        classes[names[0]] = len(names)
+    return count_names([r.tenant for r in reqs]), count_names([r.klass for r in reqs])
+
+
+def count_names(names: list[str]) -> dict[str, int]:
+    """How often each name occurs, in first-seen order: O(n) in C."""
+    counts: dict[str, int] = {}
+    if names and names.count(names[0]) == len(names):      # one name (one class: the common case)
+        counts[names[0]] = len(names)
     else:
-        _count_elements(classes, names)
-    return tenants, classes
+        _count_elements(counts, names)
+    return counts

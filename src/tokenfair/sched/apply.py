@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from mypy_extensions import mypyc_attr
 
-from ..request import Request, Status, count_by_tenant_and_class
+from ..request import Request, Status, count_names
 from .interface import SchedulerOutput, StepResult
 from .state import SchedulerState
 
@@ -35,9 +35,16 @@ class ApplyMixin(SchedulerState):
                     req.first_token_s = now
             policy.on_served(req, n, 1 if sampled else 0, now)
         running = Status.RUNNING
-        decoded = [req for req in out.decode if req.status is running]
+        decoded: list[Request] = []
+        tenant_names: list[str] = []
+        class_names: list[str] = []
         reached_max: list[Request] = []
-        for req in decoded:                         # hot loop: O(1) per decoding request
+        for req in out.decode:                      # hot loop: O(1) per decoding request
+            if req.status is not running:
+                continue                            # evicted or aborted since scheduling
+            decoded.append(req)
+            tenant_names.append(req.tenant)
+            class_names.append(req.klass)
             req.num_computed += 1
             num_output = req.num_output + 1
             req.num_output = num_output
@@ -45,7 +52,7 @@ class ApplyMixin(SchedulerState):
                 req.first_token_s = now
             if num_output >= req.max_tokens:
                 reached_max.append(req)
-        tenants, classes = count_by_tenant_and_class(decoded)   # decoding requests per name
+        tenants, classes = count_names(tenant_names), count_names(class_names)   # decoding per name
         if len(decoded) == len(out.decode):
             out.decode_counts = (tenants, classes)
         policy.on_decoded(decoded, now, tenant_counts=tenants)
