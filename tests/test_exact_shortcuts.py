@@ -12,7 +12,7 @@ from tokenfair.exactfloat import add_repeated
 def test_decode_and_chunk_step_functions_equal_step_s_bit_for_bit():
     rng = random.Random(7)
     for prof in BUILTIN_PROFILES.values():
-        decode, chunk = prof.decode_step_fn(), prof.chunk_step_fn()
+        decode, chunk = prof.cost.decode_s, prof.cost.chunk_s
         for _ in range(3000):
             n, ctx, c = rng.randint(0, 512), rng.randint(0, 20_000_000), rng.randint(1, 16_384)
             assert decode(ctx, n) == prof.step_s([], ctx, n)
@@ -64,7 +64,7 @@ def _check_shaping():
     for prof in BUILTIN_PROFILES.values():
         shaper = BatchingMixin()
         shaper._cost = prof.cost
-        step = prof.chunk_step_fn()
+        step = prof.cost.chunk_s
         shaper._last_shaped = 0
         ctx, n = 40_000, 40
         for _ in range(3000):

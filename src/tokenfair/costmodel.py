@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -94,15 +94,6 @@ class Profile(BaseModel):
 
     def swap_s(self, tokens: int) -> float:
         return tokens * self.kv_bytes_per_token / self.swap_bandwidth
-
-    def decode_step_fn(self) -> Callable[[int, int], float]:
-        """``f(ctx, n) == self.step_s([], ctx, n)`` bit for bit: for the simulator's decode runs."""
-        return self.cost.decode_s
-
-    def chunk_step_fn(self) -> Callable[[int, int, int], float]:
-        """``f(c, ctx, n) == self.step_s([(c, 0)], ctx, n)`` bit for bit (one uncached prefill
-        chunk of ``c`` tokens beside ``n`` decodes): the fair policy's budget bisection."""
-        return self.cost.chunk_s
 
 
 def _kv_capacity(gpu_bytes: float, weight_bytes: float, kv_per_token: float, util: float = 0.9) -> int:
