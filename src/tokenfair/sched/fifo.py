@@ -22,6 +22,7 @@ class FifoPolicy(Policy):
     name = "fifo"
     shared_budget = True
     hol_blocking = True
+    supports_fast_forward = True
 
     def __init__(self) -> None:
         self._queue: deque[Request] = deque()

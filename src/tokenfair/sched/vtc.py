@@ -8,11 +8,11 @@ from collections import deque
 
 from ..exactfloat import add_repeated
 from ..request import Request
-from .baselines import _VllmMechanics
+from .baselines import VllmMechanics
 from .registry import register
 
 
-class VtcPolicy(_VllmMechanics):
+class VtcPolicy(VllmMechanics):
     """``vtc``: the Virtual Token Counter (Sheng et al., "Fairness in Serving Large Language
     Models", OSDI 2024), as anchors.md describes the paper and its artifact.
 
