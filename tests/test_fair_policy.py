@@ -29,6 +29,9 @@ def _sim(rows, contract, profile=PROFILE, policy="fair", on_step=None):
                 on_step(sched)
             return sim.execute(out)
 
+        def forget(self, req):
+            sim.forget(req)
+
     return run(rows, contract, sched, E(), VirtualClock()), sched
 
 

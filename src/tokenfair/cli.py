@@ -51,7 +51,7 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
              max_requests: Optional[int] = typer.Option(None, min=1, help="keep the first N requests"),
             remap_tenants: Optional[Path] = typer.Option(None, help="YAML/JSON mapping old tenant -> new")) -> None:
     """Simulate one policy on a workload; write requests.jsonl, summary.json, timeline.json."""
-    from .loop import stderr_progress
+    from .progress import stderr_progress
     from .output import summary_table, write_run
     from .sim.simulate import simulate as run_sim
     try:

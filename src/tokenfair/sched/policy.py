@@ -104,9 +104,6 @@ class Policy:
     def can_admit(self, req: Request, now: float, num_running: int) -> bool:
         return True
 
-    def first_chunk(self, req: Request, budget_left: int) -> int:
-        return min(req.num_uncomputed, budget_left, self.max_chunk())
-
     def prefill_budget(self, last_step: tuple[int, int, list[Request]], now: float) -> int:
         """This step's prefill token budget (the contract's, unless the policy shapes it).
         ``last_step``: the previous step's (decodes, their context sum, running prefills)."""

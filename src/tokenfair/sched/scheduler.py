@@ -68,6 +68,10 @@ class IterationScheduler(AdmitMixin):
         req.status = Status.WAITING
         self.policy.enqueue(req, now)
 
+    def reject(self, req: Request, reason: str, now: float) -> None:
+        """End a request refused at intake, before it ever entered the queue."""
+        self._end(req, Status.REJECTED, reason, now)
+
     def has_work(self) -> bool:
         return bool(self.running) or self.policy.num_waiting() > 0
 
