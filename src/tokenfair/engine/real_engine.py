@@ -52,7 +52,7 @@ class RealEngine:
 
     def __init__(self, runner: ModelRunner, loaded: LoadedModel | None = None, *, seed: int = 0,
                  payloads: Mapping[str, GenerationPayload] | None = None,
-                 keep_outputs: bool = False) -> None:
+                 keep_outputs: bool = False, keep_step_log: bool = True) -> None:
         self.runner = runner
         self.loaded = loaded
         self.config = runner.config
@@ -67,7 +67,9 @@ class RealEngine:
         self.swap_s = 0.0
         self.num_steps = 0
         self.num_failed = 0
-        # per executed step: (prefill [(new, cached)], decode context sum, decode count, seconds, swap seconds)
+        # per executed step: (prefill [(new, cached)], decode context sum, decode count, seconds, swap
+        # seconds); kept only when ``keep_step_log`` (a bounded replay), never in a long-lived server
+        self.keep_step_log = keep_step_log
         self.step_log: list[tuple[list[tuple[int, int]], int, int, float, float]] = []
 
     # ------------------------------------------------------------------ intake
@@ -203,7 +205,7 @@ class RealEngine:
         self.num_failed += len(failed)
         self.num_steps += 1
         dt = time.perf_counter() - t0
-        if not failed:   # the simulator's view of the step (see SimEngine.execute)
+        if self.keep_step_log and not failed:   # the simulator's view of the step (see SimEngine.execute)
             self.step_log.append((prefill_shape, decode_ctx, len(out.decode), dt, swap_s))
         self.busy_s += dt
         self.swap_s += swap_s

@@ -272,7 +272,7 @@ def build_engine_service(model: str, contract: Contract, keyring: KeyRing, *, th
     make_policy(policy)      # fail early on a bad policy name
     num_blocks = None if kv_tokens is None else max(1, kv_tokens // block_size)
     prof, engine = make_real_setup(model, contract, profile, num_blocks=num_blocks, block_size=block_size,
-                                   num_threads=threads, seed=seed)
+                                   num_threads=threads, seed=seed, keep_step_log=False)
     return EngineBackend(contract, keyring, engine, prof, policy=policy, served_model=served_model,
                          max_tokens_default=max_tokens_default, records=records,
                          max_tenant_labels=max_tenant_labels)
