@@ -26,19 +26,20 @@ simulator's fields plus ``endpoint``, ``http_status`` and ``finish_reason``).
 from __future__ import annotations
 
 import asyncio
-import json
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request as HTTPRequest
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .auth import AuthError
 from .errors import FAIL_STATUS, REJECT_STATUS, ServiceError, http_status_of
 from .jobs import Delta, Done, Failed, GenRequest, Job, RecordSink, failed_event
 from .openai_schema import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, error_body, full_response, now_s
-from .parsing import _validation_message, build_gen_request
+from .limits import OFFLOAD_PARSE_BYTES, read_body
+from .parsing import _validation_message, build_gen_request, parse_body
 from .service import Service
 from .sse import EventStream, _disconnected, _race, _sse
 
@@ -92,26 +93,17 @@ def create_app(service: Service, grace_s: float = 30.0) -> FastAPI:
 
     async def parse(request: HTTPRequest, model_cls):
         tenant = authenticate(request)
-        raw_bytes = await request.body()
-        try:
-            raw = json.loads(raw_bytes or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ServiceError(400, "body is not valid JSON", "invalid_json") from None
-        if not isinstance(raw, dict):
-            raise ServiceError(400, "body must be a JSON object", "invalid_request")
-        try:
-            body = model_cls.model_validate(raw)
-        except Exception as err:  # pydantic.ValidationError
-            errors = getattr(err, "errors", None)
-            if errors is None:
-                raise
-            msg, param = _validation_message(err.errors())
-            raise ServiceError(400, msg, "invalid_request", param) from None
+        raw_bytes = await read_body(request, service.max_body_bytes)
+        if len(raw_bytes) > OFFLOAD_PARSE_BYTES:      # a big body is parsed off the event loop
+            body, raw = await run_in_threadpool(parse_body, raw_bytes, model_cls)
+        else:
+            body, raw = parse_body(raw_bytes, model_cls)
         return tenant, body, raw
 
     async def generate(request: HTTPRequest, kind: str, model_cls) -> Response:
         tenant, body, raw = await parse(request, model_cls)
         g = build_gen_request(kind, body, raw, request.headers, tenant)
+        await service.prepare(g)       # tokenization/templating, off the event loop
         job = service.submit(g)        # ServiceError -> handler
         headers = {"x-request-id": g.request_id, "x-tokenfair-tenant": tenant, "x-tokenfair-class": job.req.klass}
         watcher = asyncio.ensure_future(_disconnected(request))
@@ -124,7 +116,7 @@ def create_app(service: Service, grace_s: float = 30.0) -> FastAPI:
                     return Response(status_code=499)
                 text, end = res
                 if isinstance(end, Failed):
-                    return JSONResponse(error_body(end.status, end.message, end.code), status_code=end.status,
+                    return JSONResponse(error_body(end.status, end.message, end.code, end.param), status_code=end.status,
                                         headers={**end.headers, **headers})
                 return JSONResponse(full_response(kind, g.request_id, job.model, text, end.finish_reason,
                                                   end.prompt_tokens, end.completion_tokens), headers=headers)
@@ -133,7 +125,8 @@ def create_app(service: Service, grace_s: float = 30.0) -> FastAPI:
                 service.cancel(job)
                 return Response(status_code=499)
             if isinstance(first, Failed):
-                return JSONResponse(error_body(first.status, first.message, first.code), status_code=first.status,
+                return JSONResponse(error_body(first.status, first.message, first.code, first.param),
+                                    status_code=first.status,
                                     headers={**first.headers, **headers})
             streaming = True
             watcher.cancel()

@@ -64,6 +64,8 @@ from .app import GenRequest, Job, RecordSink, Service, failed_event
 from .auth import KeyRing
 from .gateway_backend import BackendClient, GatewayJob
 from .gateway_dispatch import IDLE_POLL_S, Dispatcher
+from .gateway_errors import scrub
+from .jobs import Failed
 from .gateway_window import AdaptiveWindow, Backend, WindowConfig, normalize_backend_url
 
 # Split into gateway_window (AIMD window, backend state), gateway_backend (proxy, probes)
@@ -236,7 +238,10 @@ class Gateway(Dispatcher, BackendClient, Service):
         self.jobs.pop(req.request_id, None)
         extra = {} if http_status is None else {"http_status": http_status}
         self.record(req, endpoint=job.g.kind, finish_reason=finish_reason, **extra)
-        job.q.put_nowait(event if event is not None else failed_event(req))
+        event = event if event is not None else failed_event(req)
+        if isinstance(event, Failed):     # the client never sees the backends' addresses
+            event.message = scrub(event.message, self.backends)
+        job.q.put_nowait(event)
         job.finished.set()
         if self.wake is not None:
             self.wake.set()

@@ -14,6 +14,7 @@ import json
 import httpx
 
 from ..request import Request, Status
+from .gateway_errors import BackendError, parse_backend_error
 from .gateway_window import Backend
 from .jobs import Delta, Done, Failed, GenRequest, Job
 
@@ -101,9 +102,9 @@ class BackendClient:
                     except json.JSONDecodeError:
                         continue
                     if "error" in chunk:
-                        err = chunk["error"] or {}
-                        msg = err.get("message", "error") if isinstance(err, dict) else str(err)
-                        raise _StreamError(f"backend_error: {b.name}: {msg}")
+                        err = parse_backend_error(0, chunk["error"] if isinstance(chunk["error"], dict)
+                                                  else {"message": str(chunk["error"])})
+                        raise _StreamError(f"{err.code or 'backend_error'}: {b.name}: {err.message}", err)
                     m = chunk.get("model")
                     if m:
                         if not job.model:
@@ -126,7 +127,11 @@ class BackendClient:
         except (_StreamError, httpx.HTTPError) as err:
             b.errors += 1
             reason = str(err) if isinstance(err, _StreamError) else f"backend_error: {b.name}: {type(err).__name__}: {err}"
-            if req.num_output == 0:
+            if isinstance(err, _StreamError) and not err.error.retry:
+                code = err.error.code or "backend_error"
+                self._end(job, Status.FAILED, reason, Failed(502, err.error.message, code, param=err.error.param),
+                          http_status=502)
+            elif req.num_output == 0:
                 self._requeue_or_fail(job, b, reason, 502)
             else:
                 self._end(job, Status.FAILED, reason, Failed(502, f"request failed: {reason}", "backend_error"),
@@ -154,22 +159,18 @@ class BackendClient:
             self.wake.set()
 
     async def _backend_refused(self, job: GatewayJob, b: Backend, resp: httpx.Response) -> None:
-        raw = await resp.aread()
-        try:
-            err = json.loads(raw).get("error") or {}
-            msg = err.get("message") if isinstance(err, dict) else str(err)
-        except (json.JSONDecodeError, AttributeError):
-            msg = raw[:200].decode(errors="replace")
+        err = parse_backend_error(resp.status_code, await resp.aread(), resp.headers.get("x-should-retry"))
         status = resp.status_code
-        reason = f"backend_status: {b.name} answered {status}: {msg}"
-        if status in (429, 503):
+        reason = f"{err.code or 'backend_status'}: {b.name} answered {status}: {err.message}"
+        if status in (429, 503) and err.retry:
             b.window.on_overload(job.released_s, self.now())
             self._requeue_or_fail(job, b, reason, status)
-        elif status >= 500:
+        elif status >= 500 and err.retry:
             b.errors += 1
             self._requeue_or_fail(job, b, reason, 502)
-        else:
-            self._end(job, Status.FAILED, reason, Failed(status, msg or reason, "backend_status"), http_status=status)
+        else:   # the request's own fault: passed on as the backend said it, not retried
+            self._end(job, Status.FAILED, reason, Failed(status, err.message, err.code or "backend_status",
+                                                         param=err.param), http_status=status)
 
     def _on_token(self, job: GatewayJob, b: Backend, text: str) -> None:
         req = job.req
@@ -251,4 +252,6 @@ class BackendClient:
 
 
 class _StreamError(Exception):
-    pass
+    def __init__(self, message: str, error: BackendError) -> None:
+        super().__init__(message)
+        self.error = error
