@@ -21,6 +21,9 @@ def _keyring(contract, allow_anonymous: Optional[str]):
     if ring.num_keys == 0 and allow_anonymous is None:
         typer.echo("warning: the contract lists no api_key_sha256; every request will get 401 "
                    "(add keys, or pass --allow-anonymous TENANT for local testing)", err=True)
+    else:
+        typer.echo(f"{ring.num_keys} API keys map to {ring.num_tenants} tenants"
+                   + (f"; requests without a key run as {allow_anonymous!r}" if allow_anonymous else ""), err=True)
     return ring
 
 
