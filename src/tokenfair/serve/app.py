@@ -147,7 +147,8 @@ def create_app(service: Service, grace_s: float = 30.0) -> FastAPI:
     async def models(request: HTTPRequest):
         authenticate(request)
         created = now_s()
-        return ModelList(data=[ModelCard(id=m, created=created) for m in service.model_names()]).model_dump()
+        names = await service.list_models(request.headers)
+        return ModelList(data=[ModelCard(id=m, created=created) for m in names]).model_dump()
 
     @app.get("/healthz")
     async def healthz():

@@ -162,6 +162,10 @@ class Service:
     def model_names(self) -> list[str]:
         raise NotImplementedError
 
+    async def list_models(self, headers) -> list[str]:
+        """The model ids for ``GET /v1/models`` (``headers``: the client's request headers)."""
+        return self.model_names()
+
     async def prepare(self, g: GenRequest) -> None:
         """Work on ``g`` that may be slow (tokenizing), done before ``submit``, off the event loop."""
 
