@@ -26,6 +26,7 @@ simulator's fields plus ``endpoint``, ``http_status`` and ``finish_reason``).
 from __future__ import annotations
 
 import asyncio
+import hmac
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request as HTTPRequest
@@ -34,7 +35,8 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .auth import AuthError
+from .auth import AuthError, KeyRing, hash_key
+from .defaults import DEFAULT_GRACE_S
 from .errors import FAIL_STATUS, REJECT_STATUS, ServiceError, http_status_of
 from .jobs import Delta, Done, Failed, GenRequest, Job, RecordSink, failed_event
 from .openai_schema import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, error_body, full_response, now_s
@@ -53,7 +55,7 @@ __all__ = [
 
 
 # ----------------------------------------------------------------- the app
-def create_app(service: Service, grace_s: float = 30.0) -> FastAPI:
+def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
     """FastAPI app over ``service``; the lifespan starts it and, on shutdown, drains it."""
 
     @asynccontextmanager
@@ -88,6 +90,7 @@ def create_app(service: Service, grace_s: float = 30.0) -> FastAPI:
         try:
             return service.keyring.tenant_for(request.headers.get("authorization"), request.headers.get("x-api-key"))
         except AuthError as err:
+            service.metrics.unauthorized.labels(request.url.path).inc()
             raise ServiceError(401, err.message, "invalid_api_key",
                                headers={"www-authenticate": "Bearer"}) from None
 
@@ -156,7 +159,13 @@ def create_app(service: Service, grace_s: float = 30.0) -> FastAPI:
         return JSONResponse({"status": "ok" if ok else "unavailable", **info}, status_code=200 if ok else 503)
 
     @app.get("/metrics")
-    async def metrics():
+    async def metrics(request: HTTPRequest):
+        if service.metrics_key_sha256 is not None:
+            key = KeyRing.presented_key(request.headers.get("authorization"), request.headers.get("x-api-key"))
+            if key is None or not hmac.compare_digest(hash_key(key), service.metrics_key_sha256):
+                service.metrics.unauthorized.labels("/metrics").inc()
+                raise ServiceError(401, "/metrics needs the metrics key (--metrics-key-sha256)", "invalid_api_key",
+                                   headers={"www-authenticate": "Bearer"})
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return app

@@ -249,9 +249,10 @@ class EngineBackend(EngineWorker, Service):
             extra: list[tuple[str, str, tuple, dict[Any, float]]] = [
                 ("tokenfair_kv_usage_ratio", "Fraction of KV blocks in use", (), {(): pool.usage}),
                 ("tokenfair_kv_free_blocks", "Free KV blocks", (), {(): pool.num_free}),
-                ("tokenfair_engine_steps", "Engine steps executed", (), {(): self.num_steps}),
             ]
-        return {"queue": dict(queue), "running": dict(running), "share": share, "entitled": entitled, "extra": extra}
+            counters = [("tokenfair_engine_steps", "Engine steps executed", float(self.num_steps))]
+        return {"queue": dict(queue), "running": dict(running), "share": share, "entitled": entitled, "extra": extra,
+                "counters": counters}
 
 
 def build_engine_service(model: str, contract: Contract, keyring: KeyRing, *, threads: int = 2,

@@ -19,7 +19,6 @@ import math
 
 from .errors import ServiceError
 
-DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024      # 4 MiB: ~1M tokens of text, far past any context here
 OFFLOAD_PARSE_BYTES = 64 * 1024                # bodies above this are parsed in a worker thread
 
 # name -> the values that mean "not used" (any other value is refused)

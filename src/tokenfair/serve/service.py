@@ -18,7 +18,7 @@ from ..workload import TraceRow
 from .auth import KeyRing
 from .errors import ServiceError, http_status_of
 from .jobs import GenRequest, Job, RecordSink
-from .limits import DEFAULT_MAX_BODY_BYTES
+from .defaults import DEFAULT_MAX_BODY_BYTES
 from .metrics import ServiceMetrics, reason_code
 
 
@@ -31,6 +31,7 @@ class Service:
 
     mode = "base"
     max_body_bytes = DEFAULT_MAX_BODY_BYTES   # request bodies above this are refused (413)
+    metrics_key_sha256: str | None = None     # set: GET /metrics needs the key with this digest
 
     def __init__(self, contract: Contract, keyring: KeyRing, *, records: RecordSink | None = None,
                  max_tenant_labels: int = 20) -> None:
