@@ -41,6 +41,7 @@ from .errors import FAIL_STATUS, REJECT_STATUS, ServiceError, http_status_of
 from .jobs import Delta, Done, Failed, GenRequest, Job, RecordSink, failed_event
 from .openai_schema import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, error_body, full_response, now_s
 from .limits import OFFLOAD_PARSE_BYTES, read_body
+from .openapi import install_openapi
 from .parsing import _validation_message, build_gen_request, parse_body
 from .service import Service
 from .sse import EventStream, _disconnected, _race, _sse
@@ -71,6 +72,7 @@ def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
 
     app = FastAPI(title=f"tokenfair {service.mode}", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.service = service
+    install_openapi(app)
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request, exc: RequestValidationError):

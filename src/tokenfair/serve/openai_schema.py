@@ -47,8 +47,8 @@ class StreamOptions(_Lenient):
 
 
 class ContentPart(_Lenient):
-    type: str
-    text: str | None = None
+    type: Literal["text"]
+    text: str
 
 
 class ChatMessage(_Lenient):
