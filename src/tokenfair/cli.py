@@ -161,6 +161,8 @@ def _register_optional() -> None:
     from .cli_compare import compare, demo
     app.command("compare")(compare)
     app.command("demo")(demo)
+    from .cli_keys import keys_app
+    app.add_typer(keys_app, name="keys")
     from .cli_serve import gateway, load, serve
     app.command("serve")(serve)
     app.command("gateway")(gateway)

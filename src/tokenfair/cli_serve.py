@@ -13,6 +13,7 @@ from typing import List, Optional
 import typer
 
 from .cli_common import USER_ERRORS, _message, fail, resolve_contract, resolve_workload
+from .serve.defaults import CLOSE_S, DEFAULT_GRACE_S, DEFAULT_MAX_BODY_BYTES
 
 
 def _keyring(contract, allow_anonymous: Optional[str]):
@@ -21,7 +22,27 @@ def _keyring(contract, allow_anonymous: Optional[str]):
     if ring.num_keys == 0 and allow_anonymous is None:
         typer.echo("warning: the contract lists no api_key_sha256; every request will get 401 "
                    "(add keys, or pass --allow-anonymous TENANT for local testing)", err=True)
+    else:
+        typer.echo(f"{ring.num_keys} API keys map to {ring.num_tenants} tenants"
+                   + (f"; requests without a key run as {allow_anonymous!r}" if allow_anonymous else ""), err=True)
     return ring
+
+
+def _positive(option: str, value: int) -> int:
+    if value <= 0:
+        raise ValueError(f"{option} must be > 0, got {value}")
+    return value
+
+
+def _digest(option: str, value: Optional[str]) -> Optional[str]:
+    from .contract import SHA256_HEX_CHARS
+    if value is None:
+        return None
+    d = value.strip().lower()
+    if len(d) != SHA256_HEX_CHARS or any(ch not in "0123456789abcdef" for ch in d):
+        raise ValueError(f"{option}: expected a SHA-256 digest ({SHA256_HEX_CHARS} hex characters), "
+                         "as printed by `tokenfair keys hash KEY`")
+    return d
 
 
 def _run_server(app, service, host: str, port: int, grace_s: float, log_level: str) -> None:
@@ -29,7 +50,7 @@ def _run_server(app, service, host: str, port: int, grace_s: float, log_level: s
 
     from .serve.shutdown import GracefulServer
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
-                            timeout_graceful_shutdown=grace_s + 5, access_log=log_level == "debug")
+                            timeout_graceful_shutdown=grace_s + CLOSE_S, access_log=log_level == "debug")
     GracefulServer(config, service, grace_s).run()
 
 
@@ -46,9 +67,12 @@ def serve(model: str = typer.Option("default", help="'default' (SmolLM2-135M GGU
           max_tokens_default: int = typer.Option(256, help="max_tokens for chat requests that give none"),
           records: Optional[Path] = typer.Option(None, help="append one JSON line per ended request here"),
           allow_anonymous: Optional[str] = typer.Option(None, help="tenant for requests WITHOUT a key (testing)"),
-          grace_s: float = typer.Option(30.0, help="shutdown grace period for in-flight requests"),
+          grace_s: float = typer.Option(DEFAULT_GRACE_S, help="shutdown grace period for in-flight requests (+5 s to close)"),
           max_tenant_labels: int = typer.Option(20, help="tenant label values in /metrics before 'other'"),
           seed: int = typer.Option(0, help="sampling seed source"),
+          max_body_bytes: int = typer.Option(DEFAULT_MAX_BODY_BYTES, help="largest request body (413 beyond it)"),
+          metrics_key_sha256: Optional[str] = typer.Option(None, help="digest of the key GET /metrics requires "
+                                                           "('tokenfair keys hash KEY'; default: open)"),
           log_level: str = typer.Option("info", help="uvicorn log level")) -> None:
     """Serve a model with the fair scheduler behind an OpenAI-compatible HTTP API."""
     from .costmodel import load_profile
@@ -64,6 +88,8 @@ def serve(model: str = typer.Option("default", help="'default' (SmolLM2-135M GGU
                                    policy=policy, profile=prof, served_model=served_model_name,
                                    max_tokens_default=max_tokens_default, records=RecordSink(records),
                                    seed=seed, max_tenant_labels=max_tenant_labels)
+        svc.max_body_bytes = _positive("--max-body-bytes", max_body_bytes)
+        svc.metrics_key_sha256 = _digest("--metrics-key-sha256", metrics_key_sha256)
     except (*USER_ERRORS, OSError) as err:
         fail(_message(err))
     typer.echo(f"serving {svc.served_model} on http://{host}:{port}/v1 (policy {policy}, "
@@ -85,12 +111,22 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
             max_context: Optional[int] = typer.Option(None, help="backends' context length (413 beyond it)"),
             records: Optional[Path] = typer.Option(None, help="append one JSON line per ended request here"),
             allow_anonymous: Optional[str] = typer.Option(None, help="tenant for requests WITHOUT a key (testing)"),
-            grace_s: float = typer.Option(30.0, help="shutdown grace period for in-flight requests"),
+            grace_s: float = typer.Option(DEFAULT_GRACE_S, help="shutdown grace period for in-flight requests (+5 s to close)"),
             max_tenant_labels: int = typer.Option(20, help="tenant label values in /metrics before 'other'"),
+            connect_timeout_s: float = typer.Option(3.0, help="seconds to connect to a backend"),
+            first_token_timeout_s: float = typer.Option(120.0, help="seconds from release to a backend's first token"),
+            inter_chunk_timeout_s: float = typer.Option(30.0, help="seconds between a backend's streamed chunks"),
+            probe_interval_s: float = typer.Option(1.0, help="seconds between health probes of each backend"),
+            probe_timeout_s: float = typer.Option(1.5, help="a probe unanswered this long has failed"),
+            probe_failures_down: int = typer.Option(2, help="failed probes in a row that mark a backend down"),
+            max_body_bytes: int = typer.Option(DEFAULT_MAX_BODY_BYTES, help="largest request body (413 beyond it)"),
+            metrics_key_sha256: Optional[str] = typer.Option(None, help="digest of the key GET /metrics requires "
+                                                             "('tokenfair keys hash KEY'; default: open)"),
             log_level: str = typer.Option("info", help="uvicorn log level")) -> None:
     """Fair-queueing gateway in front of OpenAI-compatible backends (adaptive windows)."""
     from .serve.app import RecordSink, create_app
     from .serve.gateway import Gateway, WindowConfig
+    from .serve.gateway_health import HealthConfig
     try:
         c = resolve_contract(contract, None)
         ring = _keyring(c, allow_anonymous)
@@ -100,8 +136,14 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
                            max_inflight_tokens=max_inflight_tokens)
         from .sched.registry import make_policy
         make_policy(policy)
+        health = HealthConfig.from_options(connect_timeout_s=connect_timeout_s, first_token_timeout_s=first_token_timeout_s,
+                              inter_chunk_timeout_s=inter_chunk_timeout_s, probe_interval_s=probe_interval_s,
+                              probe_timeout_s=probe_timeout_s, probe_failures_down=probe_failures_down)
         gw = Gateway(c, ring, list(backend), policy=policy, backend_key=backend_key, window=win,
-                     max_context=max_context, records=RecordSink(records), max_tenant_labels=max_tenant_labels)
+                     max_context=max_context, records=RecordSink(records), max_tenant_labels=max_tenant_labels,
+                     health=health)
+        gw.max_body_bytes = _positive("--max-body-bytes", max_body_bytes)
+        gw.metrics_key_sha256 = _digest("--metrics-key-sha256", metrics_key_sha256)
     except (*USER_ERRORS, OSError) as err:
         fail(_message(err))
     typer.echo(f"gateway on http://{host}:{port}/v1 -> {', '.join(b.url for b in gw.backends)} (policy {policy})",

@@ -126,6 +126,21 @@ DEFAULT_CLASSES = {
 }
 
 
+_HEX = frozenset("0123456789abcdefABCDEF")
+SHA256_HEX_CHARS = 64
+
+
+def _check_key_digests(tenant: str, digests: tuple[str, ...]) -> None:
+    """Every entry must be a hex SHA-256 digest: a key pasted in place of its digest (or a
+    placeholder) would never match, and every request of the tenant would get a 401."""
+    for i, d in enumerate(digests):
+        d = d.strip()
+        if len(d) != SHA256_HEX_CHARS or not set(d) <= _HEX:
+            raise ValueError(f"tenant {tenant!r}: api_key_sha256[{i}] is not a SHA-256 digest ({SHA256_HEX_CHARS} hex "
+                             f"characters; got {len(d)} characters): store the digest of the key, printed by "
+                             "`tokenfair keys hash KEY`, never the key itself")
+
+
 class Contract(_Frozen):
     version: str = "unversioned"
     tenants: dict[str, TenantSpec] = Field(default_factory=dict)
@@ -148,6 +163,11 @@ class Contract(_Frozen):
         total = sum(t.min_share for t in self.tenants.values())
         if total > 1 + 1e-9:
             raise ValueError(f"tenants' min_share values sum to {total:.3f} > 1; lower them so they sum to at most 1")
+        for name, spec in self.tenants.items():
+            _check_key_digests(name, spec.api_key_sha256)
+        if self.default_tenant.api_key_sha256:
+            raise ValueError("default_tenant lists api_key_sha256, but a key names one tenant: move the digests "
+                             "under tenants.<name>.api_key_sha256")
         for name, spec in [*self.tenants.items(), ("default_tenant", self.default_tenant)]:
             for c in spec.classes or ():
                 if c not in self.classes:

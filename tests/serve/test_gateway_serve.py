@@ -70,7 +70,8 @@ def test_gateway_errors(stack, h):
     r = httpx.post(gt.url + "/v1/completions", json={"prompt": 5}, headers=h.auth("a"))
     assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
     r = httpx.post(gt.url + "/v1/completions", json={"prompt": [1] * 300}, headers=h.auth("a"))
-    assert r.status_code == 413
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"   # as OpenAI answers
+    assert r.headers["x-should-retry"] == "false"
     r = httpx.post(gt.url + "/v1/completions", json={"prompt": "x"}, headers={**h.auth("b"), "x-tokenfair-class": "realtime"})
     assert r.status_code == 403
     # a backend's own 4xx is passed on (here: the backend rejects the model name)

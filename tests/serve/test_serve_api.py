@@ -146,22 +146,27 @@ def test_bad_header_and_unknown_model(serve_stack, h):
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
 
 
-def test_prompt_beyond_context_413(serve_stack, h):
+def test_prompt_or_max_tokens_beyond_context_400(serve_stack, h):
     svc, st = serve_stack
     ids = [5] * (svc.max_context + 3)
     r = httpx.post(st.url + "/v1/completions", json={"prompt": ids, "max_tokens": 4}, headers=h.auth("a"),
                    timeout=TIMEOUT)
-    assert r.status_code == 413, r.text
-    assert r.json()["error"]["code"] == "context_length_exceeded"
-    rec = _record(svc, r.headers.get("x-request-id")) if r.headers.get("x-request-id") else None
+    assert r.status_code == 400, r.text           # OpenAI's status and code for it
+    err = r.json()["error"]
+    assert err["code"] == "context_length_exceeded" and err["param"] == "prompt"
+    assert r.headers["x-should-retry"] == "false"
     recs = [x for x in svc.records.items if x["reason"].startswith("context_length_exceeded")]
-    assert recs and recs[-1]["status"] == "rejected" and recs[-1]["http_status"] == 413
-    assert rec is None or rec["status"] == "rejected"
-    # a prompt that fits but whose max_tokens would not is clamped to the context
-    ok = httpx.post(st.url + "/v1/completions", json={"prompt": [5] * (svc.max_context - 3), "max_tokens": 50,
-                                                      "ignore_eos": True}, headers=h.auth("a"), timeout=TIMEOUT)
+    assert recs and recs[-1]["status"] == "rejected" and recs[-1]["http_status"] == 400
+    # a prompt that fits but whose max_tokens would not is refused, naming max_tokens
+    n = svc.max_context - 3
+    r = httpx.post(st.url + "/v1/completions", json={"prompt": [5] * n, "max_tokens": 50}, headers=h.auth("a"),
+                   timeout=TIMEOUT)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
+    assert f"you requested {n + 50} tokens ({n} in the prompt, 50 in the completion)" in r.json()["error"]["message"]
+    # without max_tokens the default is clamped to what is left
+    ok = httpx.post(st.url + "/v1/completions", json={"prompt": [5] * n, "max_tokens": None, "ignore_eos": True},
+                    headers=h.auth("a"), timeout=TIMEOUT)
     assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 3
-
 
 def test_class_clamping_and_403(serve_stack, h):
     svc, st = serve_stack
@@ -277,7 +282,7 @@ def test_disconnect_frees_kv_and_slot(serve_stack, h, slow_engine):
     svc, st = serve_stack
     pool, cache = svc.sched.pool, svc.engine.runner.cache
     assert h.wait_until(lambda: not svc.sched.running and pool.num_free == pool.num_blocks)
-    body = {"prompt": "the quick brown fox jumps over the lazy dog " * 3, "max_tokens": 200, "ignore_eos": True,
+    body = {"prompt": "the quick brown fox jumps over the lazy dog " * 3, "max_tokens": 150, "ignore_eos": True,
             "stream": True, "temperature": 0}
     with httpx.stream("POST", st.url + "/v1/completions", json=body, headers=h.auth("a"), timeout=TIMEOUT) as r:
         rid = r.headers["x-request-id"]
@@ -293,7 +298,7 @@ def test_disconnect_frees_kv_and_slot(serve_stack, h, slow_engine):
     assert h.wait_until(lambda: _record(svc, rid) is not None, 10)
     rec = _record(svc, rid)
     assert rec["status"] == "failed" and rec["reason"].startswith("client_disconnected")
-    assert 0 < rec["output_tokens"] < 200
+    assert 0 < rec["output_tokens"] < 150
     assert h.wait_until(lambda: pool.num_free == pool.num_blocks and cache.num_free_blocks == cache.num_blocks, 5)
     assert not svc.sched.running and svc.policy.num_waiting() == 0
 

@@ -157,6 +157,26 @@ class PagedKVCache:
         self._host_free.extend(reversed(self._host_tables.pop(seq_id, [])))
         self._host_num_tokens.pop(seq_id, None)
 
+    def truncate(self, seq_id: str, num_tokens: int | None) -> None:
+        """Undo allocations: keep only the first ``num_tokens`` tokens of ``seq_id`` on the
+        device (``None``: the sequence held nothing before, drop it).  Never grows a
+        sequence; a swapped-out or unknown sequence is left alone."""
+        table = self._tables.get(seq_id)
+        if table is None:
+            return
+        if num_tokens is None:
+            for block in self._tables.pop(seq_id):
+                self._release_block(block)
+            self._num_tokens.pop(seq_id, None)
+            return
+        if num_tokens >= self._num_tokens[seq_id]:
+            return
+        keep = _blocks_for(num_tokens, self.block_size)
+        for block in table[keep:]:
+            self._release_block(block)
+        del table[keep:]
+        self._num_tokens[seq_id] = num_tokens
+
     def swap_out(self, seq_id: str) -> TransferStats:
         """Copy ``seq_id``'s blocks to the host pool and release its device blocks."""
         if not self.can_swap_out(seq_id):

@@ -79,18 +79,21 @@ def make_real_setup(model_spec: str | Path | LoadedModel = "default", contract=N
                     profile: Profile | None = None, *, num_blocks: int | None = None,
                     block_size: int | None = None, num_threads: int = 2, seed: int = 0,
                     dtype: torch.dtype = torch.float32, payloads: Mapping[str, GenerationPayload] | None = None,
-                    keep_outputs: bool = False, warmup: bool = True) -> tuple[Profile, RealEngine]:
+                    keep_outputs: bool = False, warmup: bool = True,
+                    keep_step_log: bool = True) -> tuple[Profile, RealEngine]:
     """(scheduler-ready Profile, RealEngine) with identical KV geometry on both sides.
 
     ``num_blocks``/``block_size`` default to ``profile``'s capacity (else 16,384 tokens in
-    blocks of 16).  ``contract`` is accepted for symmetry with the simulator (unused)."""
+    blocks of 16).  ``keep_step_log=False`` for a long-lived engine (``serve``): the per-step log
+    grows by one entry per step.  ``contract`` is accepted for symmetry with the simulator (unused)."""
     loaded = load_model(model_spec)
     prof = real_profile(loaded, profile, num_blocks=num_blocks, block_size=block_size,
                         num_threads=num_threads, dtype=dtype)
     runner = ModelRunner(build_model(loaded, dtype), num_blocks=prof.num_blocks, block_size=prof.block_size,
                          num_host_blocks=prof.swap_capacity_tokens // prof.block_size,
                          num_threads=num_threads, seed=seed)
-    engine = RealEngine(runner, loaded, seed=seed, payloads=payloads, keep_outputs=keep_outputs)
+    engine = RealEngine(runner, loaded, seed=seed, payloads=payloads, keep_outputs=keep_outputs,
+                        keep_step_log=keep_step_log)
     if warmup:
         warm_up(runner)
     return prof, engine

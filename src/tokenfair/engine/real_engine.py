@@ -16,7 +16,9 @@ Invariants:
     every ``update_from_output`` the runner's free device blocks equal ``pool.num_free``;
   * ``execute`` never raises for a request-level problem: a runner error (``CacheFullError``,
     a context overflow, a state mismatch) FAILS the affected requests with a reason, and
-    frees their KV, so nothing hangs or leaks;
+    frees their KV, so nothing hangs or leaks; a step that raises is re-run without the
+    request that caused it (:mod:`tokenfair.engine.step_isolation`), and NaN logits, a bad
+    seed, a stop-string or streaming-callback error fail only their own request;
   * a request is reported finished exactly once, on the step that samples its last token.
 """
 
@@ -33,6 +35,7 @@ from ..sched.interface import SchedulerOutput, StepResult
 from .kv_cache import CacheFullError
 from .loader import LoadedModel
 from .runner import ModelRunner, SeqWork
+from .step_isolation import run_isolated
 from .sampling import GREEDY
 from .sequence import GenerationPayload, _plain_vocab, _Seq
 
@@ -52,7 +55,7 @@ class RealEngine:
 
     def __init__(self, runner: ModelRunner, loaded: LoadedModel | None = None, *, seed: int = 0,
                  payloads: Mapping[str, GenerationPayload] | None = None,
-                 keep_outputs: bool = False) -> None:
+                 keep_outputs: bool = False, keep_step_log: bool = True) -> None:
         self.runner = runner
         self.loaded = loaded
         self.config = runner.config
@@ -67,7 +70,11 @@ class RealEngine:
         self.swap_s = 0.0
         self.num_steps = 0
         self.num_failed = 0
-        # per executed step: (prefill [(new, cached)], decode context sum, decode count, seconds, swap seconds)
+        self.num_retried_steps = 0    # forward passes re-run to isolate a failing request
+        self.num_failed_steps = 0     # consecutive steps in which every forward pass raised
+        # per executed step: (prefill [(new, cached)], decode context sum, decode count, seconds, swap
+        # seconds); kept only when ``keep_step_log`` (a bounded replay), never in a long-lived server
+        self.keep_step_log = keep_step_log
         self.step_log: list[tuple[list[tuple[int, int]], int, int, float, float]] = []
 
     # ------------------------------------------------------------------ intake
@@ -178,36 +185,45 @@ class RealEngine:
             need.pop()
             fail(st, f"kv_cache_full: engine has {cache.num_free_blocks} free blocks")
 
-        finished: list[Request] = []
-        if items:
-            try:
-                so = runner.step([w for _, w in items])
-            except Exception as err:  # noqa: BLE001 - any runner error fails the step's requests
-                for st, _ in items:
-                    fail(st, f"engine_error: {type(err).__name__}: {err}")
-                items = []
-                so = None
-            for st, work in items:
-                if not work.sample:
-                    continue
-                token = so.sampled[st.seq_id]
-                st.tokens.append(token)
-                reason = self._stop_reason(st, token)
-                if st.payload is not None:
-                    st.payload.output_ids.append(token)
-                if reason is not None:
-                    finished.append(st.req)
-                    self._finish(st, token, reason)
-                elif st.payload is not None and st.payload.on_token is not None:
-                    st.payload.on_token(token, None)
+        finished = self._run_items(items, fail) if items else []
         self.num_failed += len(failed)
         self.num_steps += 1
         dt = time.perf_counter() - t0
-        if not failed:   # the simulator's view of the step (see SimEngine.execute)
+        if self.keep_step_log and not failed:   # the simulator's view of the step (see SimEngine.execute)
             self.step_log.append((prefill_shape, decode_ctx, len(out.decode), dt, swap_s))
         self.busy_s += dt
         self.swap_s += swap_s
         return StepResult(duration_s=dt, finished=finished, failed=failed, swap_s=swap_s)
+
+    def _run_items(self, items: list[tuple[_Seq, SeqWork]], fail) -> list[Request]:
+        """Run the step's work (a request's own fault fails it alone, see
+        :func:`run_isolated`), append the sampled tokens, stream them; return the finished."""
+        step = run_isolated(self.runner, [w for _, w in items], engine_ok=self.num_failed_steps == 0)
+        self.num_retried_steps += step.num_retries
+        self.num_failed_steps = 0 if step.num_parts_ran else self.num_failed_steps + 1
+        finished: list[Request] = []
+        for st, work in items:
+            why = step.failed.get(st.seq_id)
+            if why is not None:
+                fail(st, why)
+                continue
+            if not work.sample:
+                continue
+            token = step.sampled[st.seq_id]
+            st.tokens.append(token)
+            try:
+                reason = self._stop_reason(st, token)
+                if st.payload is not None:
+                    st.payload.output_ids.append(token)
+                if reason is None and st.payload is not None and st.payload.on_token is not None:
+                    st.payload.on_token(token, None)
+            except Exception as err:  # noqa: BLE001 - a stop-string/tokenizer/callback error is the request's
+                fail(st, f"request_error: {type(err).__name__}: {err}")
+                continue
+            if reason is not None:
+                finished.append(st.req)
+                self._finish(st, token, reason)
+        return finished
 
     def _evict(self, req: Request, mode: str) -> float:
         st = self._seqs.get(req.request_id)
@@ -254,11 +270,14 @@ class RealEngine:
         self._on_host.discard(st.seq_id)
         if self.keep_outputs and st.tokens is not None:
             self.outputs[st.seq_id] = st.tokens[st.num_prompt:]
+        del self._seqs[st.seq_id]
         if st.payload is not None:
             st.payload.finish_reason = reason
             if st.payload.on_token is not None:
-                st.payload.on_token(token, reason)
-        del self._seqs[st.seq_id]
+                try:
+                    st.payload.on_token(token, reason)
+                except Exception:  # noqa: BLE001 - the request has ended; its callback's error is its own
+                    pass
 
     def _sweep(self) -> None:
         """Free host KV of requests the scheduler ended without telling the engine

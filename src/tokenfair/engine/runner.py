@@ -48,6 +48,9 @@ class StepOutput:
     num_tokens: int
     num_seqs: int
     logits: torch.Tensor | None = field(default=None, repr=False)  # [num sampled, vocab]
+    # seq_id -> reason: sampled items that got no token because of their own fault (NaN
+    # logits, a seed the generator refuses); their KV for this step is written
+    failed: dict[str, str] = field(default_factory=dict)
 
 
 class ModelRunner:
@@ -144,21 +147,50 @@ class ModelRunner:
             self._set_stages({}, {})  # a half-written stage must not be appended to
             raise
         sampling_items = [w for w in work_order if w.sample]
+        failed = self._non_finite_rows(logits, sampling_items)
+        if failed:  # sample the other rows; the failed rows' tokens are dropped below
+            logits = torch.nan_to_num(logits, nan=0.0, posinf=0.0, neginf=0.0)
         if all(w.sampling.is_greedy for w in sampling_items):
             # max().indices: the first maximal index like argmax, ~3x faster on CPU
             tokens = logits.max(dim=-1).indices.tolist() if sampling_items else []
         else:
-            tokens = sample_tokens(
-                logits,
-                [w.sampling for w in sampling_items],
-                [self._generator_for(w) for w in sampling_items],
-            )
-        sampled = {w.seq_id: t for w, t in zip(sampling_items, tokens)}
+            params, generators = self._samplers(sampling_items, failed)
+            tokens = sample_tokens(logits, params, generators)
+        sampled = {w.seq_id: t for w, t in zip(sampling_items, tokens) if w.seq_id not in failed}
         if self.keep_logits and work_order != batch:
             row = {w.seq_id: i for i, w in enumerate(sampling_items)}
             logits = logits[torch.tensor([row[w.seq_id] for w in batch if w.sample], dtype=torch.long)]
         wall_s = time.perf_counter() - started
-        return StepOutput(sampled, wall_s, int(token_ids.shape[0]), len(batch), logits if self.keep_logits else None)
+        return StepOutput(sampled, wall_s, int(token_ids.shape[0]), len(batch), logits if self.keep_logits else None,
+                          failed)
+
+    @staticmethod
+    def _non_finite_rows(logits: torch.Tensor, items: list[SeqWork]) -> dict[str, str]:
+        """The sampled sequences whose logits row holds a NaN or an infinity (their token
+        would be garbage): one reduction over the step's logits."""
+        if not items:
+            return {}
+        finite = torch.isfinite(logits).all(dim=-1)
+        if bool(finite.all()):
+            return {}
+        return {items[i].seq_id: "non_finite_logits: the model produced NaN/inf logits for this request"
+                for i in (~finite).nonzero().flatten().tolist()}
+
+    def _samplers(self, items: list[SeqWork], failed: dict[str, str]):
+        """Per sampled row its params and generator; a row whose generator cannot be made (a
+        seed the generator refuses) is failed in ``failed`` and sampled greedily."""
+        params: list[SamplingParams] = []
+        generators: list[torch.Generator | None] = []
+        for w in items:
+            try:
+                generator = None if w.seq_id in failed else self._generator_for(w)
+            except (ValueError, RuntimeError, OverflowError, TypeError) as err:
+                failed[w.seq_id] = f"invalid_sampling: {type(err).__name__}: {err}"
+                generator = None
+            greedy = w.seq_id in failed
+            params.append(GREEDY if greedy else w.sampling)
+            generators.append(None if greedy else generator)
+        return params, generators
 
     def _prepare(self, batch: list[SeqWork]):
         """Build every index tensor of the step at once (no per-token Python loops)."""
@@ -314,6 +346,14 @@ class ModelRunner:
         self.cache.free(seq_id)
         self._drop_stages(seq_id)
         return dropped
+
+    def rollback(self, num_tokens_before: dict[str, int | None]) -> None:
+        """Undo a step that raised: each sequence's device KV back to what it held before
+        (``None``: nothing), every decode stage dropped (it may be half appended); sampler
+        state is kept."""
+        for seq_id, num in num_tokens_before.items():
+            self.cache.truncate(seq_id, num)
+        self._set_stages({}, {})
 
     def swap_out(self, seq_id: str) -> TransferStats:
         self._drop_stages(seq_id)

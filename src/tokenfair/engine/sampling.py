@@ -7,9 +7,20 @@ given), so a request's samples do not depend on what else is in the batch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+
+from .seed_range import MAX_SEED_EXCLUSIVE, MIN_SEED
+
+
+class InvalidSamplingError(ValueError):
+    """A sampling parameter the sampler cannot take; ``param`` names it."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(f"{param}: {message}")
+        self.param = param
 
 
 @dataclass(frozen=True)
@@ -19,10 +30,14 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise InvalidSamplingError("temperature", f"must be a finite number >= 0, got {self.temperature}")
+        if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
+            raise InvalidSamplingError("top_p", f"must be in (0, 1], got {self.top_p}")
+        seed = self.seed
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
+                                 or not MIN_SEED <= seed < MAX_SEED_EXCLUSIVE):
+            raise InvalidSamplingError("seed", f"must be an integer in [-2^63, 2^64), got {seed!r}")
 
     @property
     def is_greedy(self) -> bool:

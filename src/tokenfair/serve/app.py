@@ -26,19 +26,23 @@ simulator's fields plus ``endpoint``, ``http_status`` and ``finish_reason``).
 from __future__ import annotations
 
 import asyncio
-import json
+import hmac
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request as HTTPRequest
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .auth import AuthError
+from .auth import AuthError, KeyRing, hash_key
+from .defaults import DEFAULT_GRACE_S
 from .errors import FAIL_STATUS, REJECT_STATUS, ServiceError, http_status_of
 from .jobs import Delta, Done, Failed, GenRequest, Job, RecordSink, failed_event
 from .openai_schema import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, error_body, full_response, now_s
-from .parsing import _validation_message, build_gen_request
+from .limits import OFFLOAD_PARSE_BYTES, read_body
+from .openapi import install_openapi
+from .parsing import _validation_message, build_gen_request, parse_body
 from .service import Service
 from .sse import EventStream, _disconnected, _race, _sse
 
@@ -52,7 +56,7 @@ __all__ = [
 
 
 # ----------------------------------------------------------------- the app
-def create_app(service: Service, grace_s: float = 30.0) -> FastAPI:
+def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
     """FastAPI app over ``service``; the lifespan starts it and, on shutdown, drains it."""
 
     @asynccontextmanager
@@ -68,6 +72,7 @@ def create_app(service: Service, grace_s: float = 30.0) -> FastAPI:
 
     app = FastAPI(title=f"tokenfair {service.mode}", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.service = service
+    install_openapi(app)
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request, exc: RequestValidationError):
@@ -87,31 +92,23 @@ def create_app(service: Service, grace_s: float = 30.0) -> FastAPI:
         try:
             return service.keyring.tenant_for(request.headers.get("authorization"), request.headers.get("x-api-key"))
         except AuthError as err:
+            service.metrics.unauthorized.labels(request.url.path).inc()
             raise ServiceError(401, err.message, "invalid_api_key",
                                headers={"www-authenticate": "Bearer"}) from None
 
     async def parse(request: HTTPRequest, model_cls):
         tenant = authenticate(request)
-        raw_bytes = await request.body()
-        try:
-            raw = json.loads(raw_bytes or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ServiceError(400, "body is not valid JSON", "invalid_json") from None
-        if not isinstance(raw, dict):
-            raise ServiceError(400, "body must be a JSON object", "invalid_request")
-        try:
-            body = model_cls.model_validate(raw)
-        except Exception as err:  # pydantic.ValidationError
-            errors = getattr(err, "errors", None)
-            if errors is None:
-                raise
-            msg, param = _validation_message(err.errors())
-            raise ServiceError(400, msg, "invalid_request", param) from None
+        raw_bytes = await read_body(request, service.max_body_bytes)
+        if len(raw_bytes) > OFFLOAD_PARSE_BYTES:      # a big body is parsed off the event loop
+            body, raw = await run_in_threadpool(parse_body, raw_bytes, model_cls)
+        else:
+            body, raw = parse_body(raw_bytes, model_cls)
         return tenant, body, raw
 
     async def generate(request: HTTPRequest, kind: str, model_cls) -> Response:
         tenant, body, raw = await parse(request, model_cls)
         g = build_gen_request(kind, body, raw, request.headers, tenant)
+        await service.prepare(g)       # tokenization/templating, off the event loop
         job = service.submit(g)        # ServiceError -> handler
         headers = {"x-request-id": g.request_id, "x-tokenfair-tenant": tenant, "x-tokenfair-class": job.req.klass}
         watcher = asyncio.ensure_future(_disconnected(request))
@@ -124,7 +121,7 @@ def create_app(service: Service, grace_s: float = 30.0) -> FastAPI:
                     return Response(status_code=499)
                 text, end = res
                 if isinstance(end, Failed):
-                    return JSONResponse(error_body(end.status, end.message, end.code), status_code=end.status,
+                    return JSONResponse(error_body(end.status, end.message, end.code, end.param), status_code=end.status,
                                         headers={**end.headers, **headers})
                 return JSONResponse(full_response(kind, g.request_id, job.model, text, end.finish_reason,
                                                   end.prompt_tokens, end.completion_tokens), headers=headers)
@@ -133,7 +130,8 @@ def create_app(service: Service, grace_s: float = 30.0) -> FastAPI:
                 service.cancel(job)
                 return Response(status_code=499)
             if isinstance(first, Failed):
-                return JSONResponse(error_body(first.status, first.message, first.code), status_code=first.status,
+                return JSONResponse(error_body(first.status, first.message, first.code, first.param),
+                                    status_code=first.status,
                                     headers={**first.headers, **headers})
             streaming = True
             watcher.cancel()
@@ -154,7 +152,8 @@ def create_app(service: Service, grace_s: float = 30.0) -> FastAPI:
     async def models(request: HTTPRequest):
         authenticate(request)
         created = now_s()
-        return ModelList(data=[ModelCard(id=m, created=created) for m in service.model_names()]).model_dump()
+        names = await service.list_models(request.headers)
+        return ModelList(data=[ModelCard(id=m, created=created) for m in names]).model_dump()
 
     @app.get("/healthz")
     async def healthz():
@@ -162,7 +161,13 @@ def create_app(service: Service, grace_s: float = 30.0) -> FastAPI:
         return JSONResponse({"status": "ok" if ok else "unavailable", **info}, status_code=200 if ok else 503)
 
     @app.get("/metrics")
-    async def metrics():
+    async def metrics(request: HTTPRequest):
+        if service.metrics_key_sha256 is not None:
+            key = KeyRing.presented_key(request.headers.get("authorization"), request.headers.get("x-api-key"))
+            if key is None or not hmac.compare_digest(hash_key(key), service.metrics_key_sha256):
+                service.metrics.unauthorized.labels("/metrics").inc()
+                raise ServiceError(401, "/metrics needs the metrics key (--metrics-key-sha256)", "invalid_api_key",
+                                   headers={"www-authenticate": "Bearer"})
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return app

@@ -41,6 +41,11 @@ class KeyRing:
     def num_keys(self) -> int:
         return len(self.by_hash)
 
+    @property
+    def num_tenants(self) -> int:
+        """Tenants that have at least one key."""
+        return len(set(self.by_hash.values()))
+
     @staticmethod
     def presented_key(authorization: str | None, x_api_key: str | None) -> str | None:
         if authorization:

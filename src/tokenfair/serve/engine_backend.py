@@ -34,6 +34,8 @@ import time
 from collections import Counter
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
+
 from ..contract import Contract
 from ..costmodel import Profile
 from ..request import Request, Status
@@ -41,7 +43,9 @@ from ..sched.registry import make_policy
 from ..sched.scheduler import IterationScheduler
 from .app import GenRequest, Job, RecordSink, Service, ServiceError
 from .auth import KeyRing
+from .engine_intake import context_refusal, prompt_chars, sampling_of, tokenize_prompt
 from .engine_job import IncrementalDetokenizer, ServeJob
+from .limits import max_token_chars, min_prompt_tokens
 from .engine_worker import IDLE_POLL_S, MAX_ENGINE_ERRORS, EngineWorker
 
 # Split into engine_job (request bridge) and engine_worker (worker thread); the public
@@ -75,6 +79,7 @@ class EngineBackend(EngineWorker, Service):
         self.capacity_tokens = pool.num_blocks * pool.block_size
         self.max_context = min(engine.config.max_position, self.capacity_tokens)
         self.vocab_size = engine.config.vocab_size
+        self.max_token_chars: int | None = None   # longest vocabulary entry (the length pre-check)
         self.jobs: dict[str, ServeJob] = {}
         self._adds: list[Request] = []
         self._aborts: list[tuple[Request, Status, str]] = []
@@ -147,61 +152,49 @@ class EngineBackend(EngineWorker, Service):
         self.wake.set()
 
     # ------------------------------------------------------------------ intake
-    def _prompt_ids(self, g: GenRequest) -> list[int]:
-        body = g.body
-        loaded = self.loaded
-        if g.kind == "chat":
-            if loaded is None or loaded.tokenizer is None:
-                raise ServiceError(400, "this model has no tokenizer; use /v1/completions with token ids",
-                                   "no_tokenizer", "messages")
-            msgs = [{"role": m.role, "content": m.text()} for m in body.messages]
-            try:
-                text = loaded.apply_chat_template(msgs)
-            except Exception as err:  # noqa: BLE001 - template errors are the request's fault
-                raise ServiceError(400, f"messages: cannot apply the chat template: {err}", "invalid_request",
-                                   "messages") from None
-            return loaded.encode(text)
-        prompt = body.prompt
-        if isinstance(prompt, str):
-            if loaded is None or loaded.tokenizer is None:
-                raise ServiceError(400, "this model has no tokenizer; send prompt as token ids", "no_tokenizer", "prompt")
-            return loaded.encode(prompt)
-        bad = [t for t in prompt if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ServiceError(400, f"prompt: token id {bad[0]} outside the vocabulary [0, {self.vocab_size})",
-                               "invalid_request", "prompt")
-        return list(prompt)
+    async def prepare(self, g: GenRequest) -> None:
+        """Refuse a prompt whose length alone exceeds the context (no tokenizer call), then
+        tokenize/template it in a worker thread: the event loop never waits for it."""
+        self._check_model(g)
+        chars = prompt_chars(g)
+        if chars is not None and self.loaded is not None:
+            if self.max_token_chars is None:
+                self.max_token_chars = max_token_chars(self.loaded)
+            bound = min_prompt_tokens(chars, self.max_token_chars)
+            if bound >= self.max_context:
+                self._refuse_context(g, bound, None)
+        g.prompt_ids = await run_in_threadpool(tokenize_prompt, g, self.loaded, self.vocab_size)
 
-    def submit(self, g: GenRequest) -> ServeJob:
-        from ..engine.real import GenerationPayload
-        from ..engine.sampling import SamplingParams
-
-        body = g.body
+    def _check_model(self, g: GenRequest) -> None:
         if g.model and g.model not in self.model_names():
             raise ServiceError(404, f"model {g.model!r} does not exist; this server serves {self.served_model!r}",
                                "model_not_found", "model")
-        ids = self._prompt_ids(g)
+
+    def _refuse_context(self, g: GenRequest, n: int, asked: int | None) -> None:
+        refusal = context_refusal(n, asked, self.max_context, g)
+        if refusal is not None:
+            now = self.now()
+            req = self.intake(g, n, 1, now)
+            raise self.refuse(req, refusal[0], now, endpoint=g.kind, param=refusal[1])
+
+    def submit(self, g: GenRequest) -> ServeJob:
+        from ..engine.real import GenerationPayload
+
+        body = g.body
+        self._check_model(g)
+        sampling = sampling_of(body)              # before intake: a bad parameter is a plain 400
+        ids = g.prompt_ids if g.prompt_ids is not None else tokenize_prompt(g, self.loaded, self.vocab_size)
         if not ids:
             raise ServiceError(400, "prompt: the prompt is empty", "invalid_request", "prompt")
         stops = body.stop_list()
         if stops and (self.loaded is None or self.loaded.tokenizer is None):
             raise ServiceError(400, "stop: stop strings need a tokenizer", "invalid_request", "stop")
         n = len(ids)
-        now = self.now()
         asked = body.requested_max_tokens()
-        room = self.max_context - n
-        if room < 1:
-            req = self.intake(g, n, 1, now)
-            raise self.refuse(req, f"context_length_exceeded: the prompt has {n} tokens; this model's context "
-                                   f"holds {self.max_context} tokens (prompt + output)", now, endpoint=g.kind)
-        max_tokens = min(asked if asked is not None else self.max_tokens_default, room)
+        self._refuse_context(g, n, asked)
+        now = self.now()
+        max_tokens = asked if asked is not None else min(self.max_tokens_default, self.max_context - n)
         req = self.intake(g, n, max_tokens, now)
-        temperature = 1.0 if body.temperature is None else body.temperature
-        try:
-            sampling = SamplingParams(temperature=temperature, top_p=1.0 if body.top_p is None else body.top_p,
-                                      seed=body.seed)
-        except ValueError as err:
-            raise ServiceError(400, str(err), "invalid_request") from None
         decode = None
         if self.loaded is not None and self.loaded.tokenizer is not None:
             decode = self.loaded.decode
@@ -256,9 +249,10 @@ class EngineBackend(EngineWorker, Service):
             extra: list[tuple[str, str, tuple, dict[Any, float]]] = [
                 ("tokenfair_kv_usage_ratio", "Fraction of KV blocks in use", (), {(): pool.usage}),
                 ("tokenfair_kv_free_blocks", "Free KV blocks", (), {(): pool.num_free}),
-                ("tokenfair_engine_steps", "Engine steps executed", (), {(): self.num_steps}),
             ]
-        return {"queue": dict(queue), "running": dict(running), "share": share, "entitled": entitled, "extra": extra}
+            counters = [("tokenfair_engine_steps", "Engine steps executed", float(self.num_steps))]
+        return {"queue": dict(queue), "running": dict(running), "share": share, "entitled": entitled, "extra": extra,
+                "counters": counters}
 
 
 def build_engine_service(model: str, contract: Contract, keyring: KeyRing, *, threads: int = 2,
@@ -272,7 +266,7 @@ def build_engine_service(model: str, contract: Contract, keyring: KeyRing, *, th
     make_policy(policy)      # fail early on a bad policy name
     num_blocks = None if kv_tokens is None else max(1, kv_tokens // block_size)
     prof, engine = make_real_setup(model, contract, profile, num_blocks=num_blocks, block_size=block_size,
-                                   num_threads=threads, seed=seed)
+                                   num_threads=threads, seed=seed, keep_step_log=False)
     return EngineBackend(contract, keyring, engine, prof, policy=policy, served_model=served_model,
                          max_tokens_default=max_tokens_default, records=records,
                          max_tenant_labels=max_tenant_labels)

@@ -16,7 +16,7 @@ from ..sched.interface import StepResult
 from .engine_job import ServeJob, _deliver
 
 IDLE_POLL_S = 0.05        # wake-up period while requests wait but nothing can run (expiry, rate limits)
-MAX_ENGINE_ERRORS = 3      # consecutive step exceptions before the engine is declared broken
+MAX_ENGINE_ERRORS = 3      # consecutive failed steps (raised, or every forward pass raised) -> broken
 
 
 class EngineWorker:
@@ -128,6 +128,8 @@ class EngineWorker:
             try:
                 result = self.engine.execute(out)
                 errors = 0
+                if getattr(self.engine, "num_failed_steps", 0) >= MAX_ENGINE_ERRORS:
+                    self.broken = f"engine_error: {MAX_ENGINE_ERRORS} steps running nothing"
             except Exception as err:  # noqa: BLE001 - keep serving; fail this step's requests
                 errors += 1
                 reason = f"engine_error: {type(err).__name__}: {err}"

@@ -32,8 +32,9 @@ Window (per backend, documented AIMD on time to first token): see
 The contract's ``engine.max_running`` bounds the requests in flight through the gateway in
 total (slot reservations, ``min_share x max_running``, apply to that budget): set it to
 about the backends' total concurrency.  Optionally ``max_inflight_tokens`` caps the predicted tokens (prompt + predicted output) in
-flight per backend.  Backends that refuse connections are marked down and probed
-(``GET /v1/models``) with back-off; a request that failed before its first token is
+flight per backend.  Backends are probed (``GET /v1/models``, with the backend key) while up
+and while down (:mod:`tokenfair.serve.gateway_health`: timeouts, probes, draining of a
+backend that stops answering); a request that failed before its first token is
 re-queued (at most ``max_retries`` times, kept charged, counted as a preemption).  When
 no backend is up, new requests get 503 ``no_backend``.
 
@@ -64,6 +65,9 @@ from .app import GenRequest, Job, RecordSink, Service, failed_event
 from .auth import KeyRing
 from .gateway_backend import BackendClient, GatewayJob
 from .gateway_dispatch import IDLE_POLL_S, Dispatcher
+from .gateway_errors import scrub
+from .gateway_health import BackendHealth, HealthConfig, ProbeState
+from .jobs import Failed
 from .gateway_window import AdaptiveWindow, Backend, WindowConfig, normalize_backend_url
 
 # Split into gateway_window (AIMD window, backend state), gateway_backend (proxy, probes)
@@ -88,14 +92,14 @@ def estimate_prompt_tokens(g: GenRequest, chars_per_token: float) -> int:
     return max(1, len(p))
 
 
-class Gateway(Dispatcher, BackendClient, Service):
+class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
     mode = "gateway"
 
     def __init__(self, contract: Contract, keyring: KeyRing, backends: list[str], *, policy: str = "fair",
                  backend_key: str | None = None, window: WindowConfig | None = None,
                  max_context: int | None = None, records: RecordSink | None = None,
                  max_tenant_labels: int = 20, request_timeout_s: float = 600.0,
-                 connect_timeout_s: float = 5.0, max_retries: int = 2, chars_per_token: float = 4.0,
+                 health: HealthConfig | None = None, max_retries: int = 2, chars_per_token: float = 4.0,
                  max_tokens_default: int = DEFAULT_MAX_TOKENS) -> None:
         super().__init__(contract, keyring, records=records, max_tenant_labels=max_tenant_labels)
         if not backends:
@@ -115,7 +119,8 @@ class Gateway(Dispatcher, BackendClient, Service):
         self.backend_key = backend_key
         self.max_context = max_context
         self.request_timeout_s = request_timeout_s
-        self.connect_timeout_s = connect_timeout_s
+        self.health_cfg = health or HealthConfig()
+        self.probe_states = {b.url: ProbeState() for b in self.backends}
         self.max_retries = max_retries
         self.chars_per_token = chars_per_token
         self.max_tokens_default = max_tokens_default
@@ -132,9 +137,10 @@ class Gateway(Dispatcher, BackendClient, Service):
     async def start(self) -> None:
         self.wake = asyncio.Event()
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(self.request_timeout_s, connect=self.connect_timeout_s),
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(self.request_timeout_s,
+                                                              connect=self.health_cfg.connect_timeout_s),
                                         limits=limits)
-        await asyncio.gather(*(self._probe(b) for b in self.backends))
+        await self._first_probes()
         self._last_round_s = self.now()
         self._tasks = [asyncio.ensure_future(self._dispatch_loop()), asyncio.ensure_future(self._probe_loop())]
 
@@ -236,7 +242,10 @@ class Gateway(Dispatcher, BackendClient, Service):
         self.jobs.pop(req.request_id, None)
         extra = {} if http_status is None else {"http_status": http_status}
         self.record(req, endpoint=job.g.kind, finish_reason=finish_reason, **extra)
-        job.q.put_nowait(event if event is not None else failed_event(req))
+        event = event if event is not None else failed_event(req)
+        if isinstance(event, Failed):     # the client never sees the backends' addresses
+            event.message = scrub(event.message, self.backends)
+        job.q.put_nowait(event)
         job.finished.set()
         if self.wake is not None:
             self.wake.set()

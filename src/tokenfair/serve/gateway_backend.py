@@ -3,7 +3,8 @@ re-framed, charged per token), backend refusals and retries, and health probes.
 
 :class:`BackendClient` is a mixin of :class:`~tokenfair.serve.gateway.Gateway`; it uses the
 gateway's state (``client``, ``policy``, ``jobs``, ``running``, ``wake``, ...) and its
-``_end``.  :class:`GatewayJob` is a request's state while the gateway holds it.
+``_end``; the probes and timeouts are :mod:`tokenfair.serve.gateway_health`'s.
+:class:`GatewayJob` is a request's state while the gateway holds it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import json
 import httpx
 
 from ..request import Request, Status
+from .gateway_errors import BackendError, parse_backend_error
+from .gateway_health import timed_lines
 from .gateway_window import Backend
 from .jobs import Delta, Done, Failed, GenRequest, Job
 
@@ -28,6 +31,7 @@ class GatewayJob(Job):
         self.charge_tokens = 0
         self.retries = 0
         self.cancel_reason: str | None = None
+        self.requeue_on_cancel = False      # cancelled because its backend went down (gateway_health)
         self.ended = False
 
     async def next_event(self):
@@ -85,12 +89,15 @@ class BackendClient:
         usage = None
         prompt_est = req.prompt_tokens
         try:
-            async with self.client.stream("POST", b.url + path, json=self._body(job, b),
-                                          headers=self._headers(job)) as resp:
+            cfg = self.health_cfg
+            async with self.client.stream("POST", b.url + path, json=self._body(job, b), headers=self._headers(job),
+                                          timeout=httpx.Timeout(cfg.first_token_timeout_s,
+                                                                connect=cfg.connect_timeout_s)) as resp:
                 if resp.status_code != 200:
                     await self._backend_refused(job, b, resp)
                     return
-                async for line in resp.aiter_lines():
+                async for line in timed_lines(resp.aiter_lines(), cfg.first_token_timeout_s,
+                                              cfg.inter_chunk_timeout_s, lambda: req.num_output > 0):
                     if not line.startswith("data:"):
                         continue
                     data = line[5:].strip()
@@ -101,9 +108,9 @@ class BackendClient:
                     except json.JSONDecodeError:
                         continue
                     if "error" in chunk:
-                        err = chunk["error"] or {}
-                        msg = err.get("message", "error") if isinstance(err, dict) else str(err)
-                        raise _StreamError(f"backend_error: {b.name}: {msg}")
+                        err = parse_backend_error(0, chunk["error"] if isinstance(chunk["error"], dict)
+                                                  else {"message": str(chunk["error"])})
+                        raise _StreamError(f"{err.code or 'backend_error'}: {b.name}: {err.message}", err)
                     m = chunk.get("model")
                     if m:
                         if not job.model:
@@ -125,8 +132,14 @@ class BackendClient:
             self._requeue_or_fail(job, b, f"backend_unavailable: {b.name}: {type(err).__name__}", 503)
         except (_StreamError, httpx.HTTPError) as err:
             b.errors += 1
+            if isinstance(err, httpx.TimeoutException):
+                self._suspect(b, f"{type(err).__name__}: {err}")
             reason = str(err) if isinstance(err, _StreamError) else f"backend_error: {b.name}: {type(err).__name__}: {err}"
-            if req.num_output == 0:
+            if isinstance(err, _StreamError) and not err.error.retry:
+                code = err.error.code or "backend_error"
+                self._end(job, Status.FAILED, reason, Failed(502, err.error.message, code, param=err.error.param),
+                          http_status=502)
+            elif req.num_output == 0:
                 self._requeue_or_fail(job, b, reason, 502)
             else:
                 self._end(job, Status.FAILED, reason, Failed(502, f"request failed: {reason}", "backend_error"),
@@ -144,7 +157,10 @@ class BackendClient:
             return
         self.running.discard(job)
         if not job.ended and job.req.status is Status.RUNNING:
-            if task.cancelled():
+            if task.cancelled() and job.requeue_on_cancel:     # its backend went down: try another
+                job.requeue_on_cancel = False
+                self._requeue_or_fail(job, b, job.cancel_reason or "backend_unavailable", 503)
+            elif task.cancelled():
                 self._end(job, Status.FAILED, job.cancel_reason or "shutdown: the gateway is stopping")
             else:
                 err = task.exception()
@@ -154,22 +170,18 @@ class BackendClient:
             self.wake.set()
 
     async def _backend_refused(self, job: GatewayJob, b: Backend, resp: httpx.Response) -> None:
-        raw = await resp.aread()
-        try:
-            err = json.loads(raw).get("error") or {}
-            msg = err.get("message") if isinstance(err, dict) else str(err)
-        except (json.JSONDecodeError, AttributeError):
-            msg = raw[:200].decode(errors="replace")
+        err = parse_backend_error(resp.status_code, await resp.aread(), resp.headers.get("x-should-retry"))
         status = resp.status_code
-        reason = f"backend_status: {b.name} answered {status}: {msg}"
-        if status in (429, 503):
+        reason = f"{err.code or 'backend_status'}: {b.name} answered {status}: {err.message}"
+        if status in (429, 503) and err.retry:
             b.window.on_overload(job.released_s, self.now())
             self._requeue_or_fail(job, b, reason, status)
-        elif status >= 500:
+        elif status >= 500 and err.retry:
             b.errors += 1
             self._requeue_or_fail(job, b, reason, 502)
-        else:
-            self._end(job, Status.FAILED, reason, Failed(status, msg or reason, "backend_status"), http_status=status)
+        else:   # the request's own fault: passed on as the backend said it, not retried
+            self._end(job, Status.FAILED, reason, Failed(status, err.message, err.code or "backend_status",
+                                                         param=err.param), http_status=status)
 
     def _on_token(self, job: GatewayJob, b: Backend, text: str) -> None:
         req = job.req
@@ -212,43 +224,7 @@ class BackendClient:
         self._end(job, Status.FINISHED, f"backend_{fr}",
                   Done(fr, req.prompt_tokens, req.num_output), finish_reason=fr)
 
-    # ------------------------------------------------------------------ health
-    def _mark_down(self, b: Backend, why: str) -> None:
-        if b.up:
-            b.up = False
-            b.probe_backoff_s = 0.5
-        b.next_probe_s = self.now() + b.probe_backoff_s
-
-    async def _probe(self, b: Backend) -> bool:
-        headers = {"authorization": f"Bearer {self.backend_key}"} if self.backend_key else {}
-        try:
-            r = await self.client.get(b.url + "/models", headers=headers, timeout=2.0)
-        except httpx.HTTPError:
-            self._mark_down(b, "probe failed")
-            b.probe_backoff_s = min(5.0, b.probe_backoff_s * 2)
-            return False
-        if r.status_code >= 500:
-            self._mark_down(b, f"probe {r.status_code}")
-            return False
-        if r.status_code == 200:
-            try:
-                b.models = [m["id"] for m in r.json().get("data", []) if "id" in m]
-            except (ValueError, AttributeError, TypeError, KeyError):
-                pass
-        if not b.up:
-            b.up = True
-            if self.wake is not None:
-                self.wake.set()
-        return True
-
-    async def _probe_loop(self) -> None:
-        while not self._stopped:
-            await asyncio.sleep(0.25)
-            now = self.now()
-            down = [b for b in self.backends if not b.up and now >= b.next_probe_s]
-            if down:
-                await asyncio.gather(*(self._probe(b) for b in down))
-
-
 class _StreamError(Exception):
-    pass
+    def __init__(self, message: str, error: BackendError) -> None:
+        super().__init__(message)
+        self.error = error

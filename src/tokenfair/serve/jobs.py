@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..request import Request
-from .errors import ServiceError, http_status_of
+from .errors import ServiceError, http_status_of, retry_header
 from .metrics import reason_code
 from .openai_schema import ChatCompletionRequest, CompletionRequest
 
@@ -36,15 +36,20 @@ class Failed:
     message: str
     code: str
     headers: dict[str, str] = field(default_factory=dict)
+    param: str | None = None
+
+    def __post_init__(self) -> None:
+        self.headers = {**retry_header(self.status, self.code), **self.headers}
 
     def error(self) -> ServiceError:
-        return ServiceError(self.status, self.message, self.code, headers=self.headers)
+        return ServiceError(self.status, self.message, self.code, self.param, headers=self.headers)
 
 
 def failed_event(req: Request) -> Failed:
     status = http_status_of(req)
+    code = reason_code(req.reason)
     headers = {"retry-after": "1"} if status in (503,) else {}
-    return Failed(status, f"request {req.status.value}: {req.reason}", reason_code(req.reason), headers)
+    return Failed(status, f"request {req.status.value}: {req.reason}", code, headers)
 
 
 # ----------------------------------------------------------------- requests
@@ -61,6 +66,7 @@ class GenRequest:
     deadline_s: float | None = None
     priority: float | None = None
     forward_headers: dict[str, str] = field(default_factory=dict)
+    prompt_ids: list[int] | None = None   # set by Service.prepare (serve: tokenized off the event loop)
 
     @property
     def stream(self) -> bool:

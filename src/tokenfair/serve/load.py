@@ -107,6 +107,16 @@ class LoadResult:
 REJECT_HTTP = {400, 403, 404, 413, 429, 503}
 
 
+def reason_of(code: str, message: str) -> str:
+    """``code: message``, the code once: a server's message often starts with its code
+    (``overloaded: ...``) or carries it after a prefix (``request failed: shutdown: ...``)."""
+    message = str(message or "").strip()
+    at = message.find(f"{code}:")
+    if at >= 0:
+        return message[at:]
+    return f"{code}: {message}".strip() if message else code
+
+
 def _status_for(http: int, code: str | None) -> str:
     if code and code.startswith("deadline"):
         return "expired"
@@ -227,9 +237,9 @@ async def replay(rows: Sequence[TraceRow], cfg: LoadConfig, contract: Contract) 
             elif stream_error is not None:
                 code = stream_error.get("code") or "stream_error"
                 status, reason = _status_for(504 if str(code).startswith("deadline") else 0, code), \
-                    f"{code}: {stream_error.get('message', '')}"
+                    reason_of(code, stream_error.get("message", ""))
             else:
-                status, reason = _status_for(http, code), f"{code or f'http_{http}'}: {message}".strip()
+                status, reason = _status_for(http, code), reason_of(code or f"http_{http}", message)
             n_out = int(usage["completion_tokens"]) if usage and usage.get("completion_tokens") is not None else len(stamps)
             prompt_tokens = int(usage["prompt_tokens"]) if usage and usage.get("prompt_tokens") else row.prompt_tokens
             first = stamps[0] if stamps else None

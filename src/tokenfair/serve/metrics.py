@@ -6,6 +6,8 @@ Series (``tenant`` labels are capped, see :class:`TenantLabels`):
              tokenfair_rejections_total{tenant,reason}          429/403/413/503 at the door
              tokenfair_tokens_total{tenant,class,kind}          prompt / output tokens served
              tokenfair_preemptions_total{tenant}
+             tokenfair_unauthorized_requests_total{endpoint}    401s (no tenant: the key named none)
+             tokenfair_engine_steps_total                        serve: engine steps executed
   histograms tokenfair_queue_wait_seconds{tenant,class}         arrival -> admission
              tokenfair_ttft_seconds{tenant,class}               arrival -> first token
              tokenfair_tpot_seconds{tenant,class}               per output token after the first
@@ -20,6 +22,9 @@ Series (``tenant`` labels are capped, see :class:`TenantLabels`):
 
 Tenant label cardinality: the contract's named tenants (heaviest weight first) and then the
 first tenants seen, up to ``max_tenants`` labels; every other tenant is ``"other"``.
+A gauge series reported once reads 0 when its value is gone (queue empty, nothing
+running) instead of vanishing.  ``/metrics`` shows tenant names: ``--metrics-key-sha256``
+makes it require that key (401 otherwise).
 Rejection reasons are the code before the first ``:`` of the reason (``queue_full``,
 ``overloaded``, ...), so that label is bounded too.
 """
@@ -31,7 +36,7 @@ import threading
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ..contract import Contract
 from ..request import Request
@@ -82,6 +87,8 @@ class ServiceMetrics:
                                   ["tenant", "reason"], registry=r)
         self.tokens = Counter("tokenfair_tokens", "Tokens served (prompt tokens prefilled, output tokens generated)",
                               ["tenant", "class", "kind"], registry=r)
+        self.unauthorized = Counter("tokenfair_unauthorized_requests", "Requests refused with 401 (no or bad key)",
+                                    ["endpoint"], registry=r)
         self.preemptions = Counter("tokenfair_preemptions", "Preemptions (recompute or swap), or backend retries",
                                    ["tenant"], registry=r)
         self.wait = Histogram("tokenfair_queue_wait_seconds", "Arrival to admission",
@@ -129,12 +136,17 @@ class _SnapshotCollector:
     """Gauges computed at scrape time from the backend's ``snapshot()``::
 
         {"queue": {(tenant, class): n}, "running": {tenant: n}, "share": {tenant: x},
-         "entitled": {tenant: x}, "extra": [(name, help, labelnames, {labelvalues: value})]}
+         "entitled": {tenant: x}, "extra": [(name, help, labelnames, {labelvalues: value})],
+         "counters": [(name, help, value)]}      # counters the backend keeps (engine steps)
     """
 
     def __init__(self, metrics: ServiceMetrics, snapshot: Callable[[], dict]) -> None:
         self.m = metrics
         self.snapshot = snapshot
+        # label sets reported once are reported as 0 afterwards (a gauge that vanishes at zero
+        # reads as "no data", not "empty"); bounded by the tenant label cap x classes
+        self.seen_queue: set[tuple[str, str]] = set()
+        self.seen_tenants: dict[str, set[str]] = {}
 
     def describe(self):
         return []
@@ -143,10 +155,11 @@ class _SnapshotCollector:
         snap = self.snapshot()
         lab, kl = self.m.tenant, self.m.klass
         q = GaugeMetricFamily("tokenfair_queue_length", "Waiting requests", labels=["tenant", "class"])
-        agg: dict[tuple[str, str], float] = {}
+        agg: dict[tuple[str, str], float] = dict.fromkeys(self.seen_queue, 0)   # 0, not gone, once seen
         for (t, k), n in snap.get("queue", {}).items():
             key = (lab(t), kl(k))
             agg[key] = agg.get(key, 0) + n
+        self.seen_queue.update(agg)
         for key, n in sorted(agg.items()):
             q.add_metric(list(key), n)
         yield q
@@ -154,9 +167,11 @@ class _SnapshotCollector:
                                    ("tokenfair_service_share", "Decayed recent share of served cost", "share"),
                                    ("tokenfair_entitled_share", "Weight share among active tenants", "entitled")):
             g = GaugeMetricFamily(name, help_, labels=["tenant"])
-            per: dict[str, float] = {}
+            seen = self.seen_tenants.setdefault(field, set())
+            per: dict[str, float] = dict.fromkeys(seen, 0.0)
             for t, v in snap.get(field, {}).items():
                 per[lab(t)] = per.get(lab(t), 0.0) + v
+            seen.update(per)
             for t, v in sorted(per.items()):
                 g.add_metric([t], v)
             yield g
@@ -165,3 +180,5 @@ class _SnapshotCollector:
             for lv, v in values.items():
                 g.add_metric(list(lv), v)
             yield g
+        for name, help_, value in snap.get("counters", []):
+            yield CounterMetricFamily(name, help_, value=value)

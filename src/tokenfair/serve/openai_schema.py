@@ -1,8 +1,10 @@
 """OpenAI-compatible request and response models (``/v1/chat/completions``, ``/v1/completions``).
 
-Requests are validated with pydantic v2.  Unknown fields are *ignored* (OpenAI clients send
-many optional knobs; the ones that change results and that we cannot honour are rejected
-explicitly: ``n > 1``, ``echo``, ``best_of > 1``, batched prompts).  Extensions:
+Requests are validated with pydantic v2 in strict mode (``"stream": "yes"``, ``"max_tokens":
+"2"`` or ``prompt: [true]`` are 400s; an integer is accepted where a number is).  Unknown
+fields are *ignored*, except the OpenAI parameters that change results and that this server
+does not implement: those are refused by name (:mod:`tokenfair.serve.limits`), as are
+``n > 1``, ``echo``, ``best_of > 1`` and batched prompts.  Extensions:
 
   * ``ignore_eos`` (bool, vLLM's name): generate exactly ``max_tokens`` tokens;
   * ``tokenfair``: ``{"class": str, "deadline_s": float, "priority": float}`` -- the same as
@@ -24,18 +26,20 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..engine.seed_range import MAX_SEED_EXCLUSIVE, MIN_SEED
+
 
 class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, strict=True)
 
 
 class TokenfairOptions(BaseModel):
     """Per-request scheduling wishes; the contract clamps them (never raises a priority)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
     klass: str | None = Field(default=None, alias="class")
-    deadline_s: float | None = Field(default=None, gt=0)
-    priority: float | None = None
+    deadline_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    priority: float | None = Field(default=None, allow_inf_nan=False)
 
 
 class StreamOptions(_Lenient):
@@ -43,8 +47,8 @@ class StreamOptions(_Lenient):
 
 
 class ContentPart(_Lenient):
-    type: str
-    text: str | None = None
+    type: Literal["text"]
+    text: str
 
 
 class ChatMessage(_Lenient):
@@ -67,13 +71,13 @@ class ChatMessage(_Lenient):
 
 class _GenerationParams(_Lenient):
     model: str | None = None
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
+    temperature: float | None = Field(default=None, ge=0, le=2, allow_inf_nan=False)
+    top_p: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
     n: int = Field(default=1, ge=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=MIN_SEED, lt=MAX_SEED_EXCLUSIVE)
     ignore_eos: bool = False
     user: str | None = None
     tokenfair: TokenfairOptions | None = None

@@ -3,12 +3,35 @@ into a :class:`GenRequest`, and pydantic validation errors into one 400 message.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import uuid
 
 from .errors import ServiceError
 from .jobs import GenRequest
+from .limits import refuse_unsupported
+
+
+def parse_body(raw_bytes: bytes, model_cls):
+    """(validated body, raw dict) of a JSON request body; a ServiceError 400 naming the field
+    otherwise (strict types: ``"stream": "yes"`` or ``"max_tokens": "2"`` are refused)."""
+    try:
+        raw = json.loads(raw_bytes or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise ServiceError(400, "body is not valid JSON", "invalid_json") from None
+    if not isinstance(raw, dict):
+        raise ServiceError(400, "body must be a JSON object", "invalid_request")
+    refuse_unsupported(raw)
+    try:
+        body = model_cls.model_validate(raw)
+    except Exception as err:  # pydantic.ValidationError (or a validator's own error)
+        errors = getattr(err, "errors", None)
+        if errors is None:
+            raise ServiceError(400, f"invalid request: {err}", "invalid_request") from None
+        msg, param = _validation_message(err.errors())
+        raise ServiceError(400, msg, "invalid_request", param) from None
+    return body, raw
 
 
 def _header_float(headers, name: str) -> float | None:

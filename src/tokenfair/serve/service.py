@@ -18,6 +18,7 @@ from ..workload import TraceRow
 from .auth import KeyRing
 from .errors import ServiceError, http_status_of
 from .jobs import GenRequest, Job, RecordSink
+from .defaults import DEFAULT_MAX_BODY_BYTES
 from .metrics import ServiceMetrics, reason_code
 
 
@@ -29,6 +30,8 @@ class Service:
     bound to the contract) and ``policy_lock`` (held while touching it from the HTTP side)."""
 
     mode = "base"
+    max_body_bytes = DEFAULT_MAX_BODY_BYTES   # request bodies above this are refused (413)
+    metrics_key_sha256: str | None = None     # set: GET /metrics needs the key with this digest
 
     def __init__(self, contract: Contract, keyring: KeyRing, *, records: RecordSink | None = None,
                  max_tenant_labels: int = 20) -> None:
@@ -61,15 +64,16 @@ class Service:
         return req
 
     def refuse(self, req: Request, reason: str, now: float, retry_after: float | None = None,
-               endpoint: str | None = None) -> ServiceError:
+               endpoint: str | None = None, param: str | None = None) -> ServiceError:
         """End ``req`` as REJECTED with ``reason`` (recorded once) and build its HTTP error."""
         if not req.status.is_terminal:
             req.status, req.reason, req.finish_s = Status.REJECTED, reason, now
         self.metrics.rejected(req.tenant, req.reason)
         self.record(req, endpoint=endpoint)
-        return self.rejection_error(req, retry_after)
+        return self.rejection_error(req, retry_after, param)
 
-    def rejection_error(self, req: Request, retry_after: float | None = None) -> ServiceError:
+    def rejection_error(self, req: Request, retry_after: float | None = None,
+                        param: str | None = None) -> ServiceError:
         status = http_status_of(req)
         code = reason_code(req.reason)
         headers: dict[str, str] = {}
@@ -78,7 +82,7 @@ class Service:
                                              else _retry_hint(req.reason))
         elif status == 503:
             headers = {"retry-after": str(max(1, math.ceil(retry_after or 1)))}
-        return ServiceError(status, req.reason, code, headers=headers)
+        return ServiceError(status, req.reason, code, param, headers=headers)
 
     def ratelimit_headers(self, tenant: str, retry_after: float) -> dict[str, str]:
         """``Retry-After`` and ``x-ratelimit-*``: requests = the tenant's queue (max_queued),
@@ -158,6 +162,13 @@ class Service:
     # -- to implement
     def model_names(self) -> list[str]:
         raise NotImplementedError
+
+    async def list_models(self, headers) -> list[str]:
+        """The model ids for ``GET /v1/models`` (``headers``: the client's request headers)."""
+        return self.model_names()
+
+    async def prepare(self, g: GenRequest) -> None:
+        """Work on ``g`` that may be slow (tokenizing), done before ``submit``, off the event loop."""
 
     def submit(self, g: GenRequest) -> Job:
         raise NotImplementedError

@@ -1,15 +1,17 @@
 """Graceful shutdown and in-process serving helpers.
 
 On SIGTERM/SIGINT (or ``should_exit``), :class:`GracefulServer`:
-  1. stops listening (no new connections);
-  2. ``service.begin_shutdown()``: requests arriving on open connections get 503
-     ``shutting_down`` with ``Retry-After``;
-  3. ``service.drain(grace_s)``: accepted requests (queued or running) may finish for up to
+  1. ``service.begin_shutdown()``: the listener stays open, new requests get 503
+     ``shutting_down`` with ``Retry-After`` and ``/healthz`` answers 503 (a load balancer
+     or Kubernetes' readiness probe takes the instance out of rotation);
+  2. ``service.drain(grace_s)``: accepted requests (queued or running) may finish for up to
      ``grace_s`` seconds; whatever is left then FAILS with reason
      ``shutdown: the server is stopping (grace period over)`` -- streams get a final error
      event and ``[DONE]``, waiting clients a 503;
-  4. uvicorn's own shutdown (close idle connections, lifespan shutdown: stop the worker /
-     close backend connections, flush the records file).
+  3. stops listening, then uvicorn's own shutdown (close idle connections, lifespan
+     shutdown: stop the worker / close backend connections, flush the records file).
+The default ``grace_s`` (:data:`DEFAULT_GRACE_S`) plus uvicorn's 5 s to close connections
+fits inside Kubernetes' default ``terminationGracePeriodSeconds`` of 30 s.
 Nothing is left hanging: every accepted request ends in exactly one terminal state.
 
 :class:`ServerThread` runs an app on a free loopback port in a background thread (tests,
@@ -24,20 +26,22 @@ import time
 
 import uvicorn
 
+from .defaults import CLOSE_S, DEFAULT_GRACE_S
+
 
 class GracefulServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, service, grace_s: float = 30.0) -> None:
+    def __init__(self, config: uvicorn.Config, service, grace_s: float = DEFAULT_GRACE_S) -> None:
         super().__init__(config)
         self.service = service
         self.grace_s = grace_s
 
     async def shutdown(self, sockets=None) -> None:
+        self.service.begin_shutdown()
+        await self.service.drain(self.grace_s)
         for server in self.servers:
             server.close()
         for sock in sockets or []:
             sock.close()
-        self.service.begin_shutdown()
-        await self.service.drain(self.grace_s)
         await super().shutdown(sockets=None)
 
 
@@ -57,7 +61,7 @@ class ServerThread:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port or 0))
         self.port = self.sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=grace_s + 5,
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=grace_s + CLOSE_S,
                                 access_log=False)
         self.server = GracefulServer(config, service, grace_s) if service is not None else uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},

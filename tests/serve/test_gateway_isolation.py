@@ -1,0 +1,62 @@
+"""The gateway passes a backend's verdict on a request through: a fault a retry cannot fix is
+not retried on another backend, the backend's code and param are kept, and the client never
+sees a backend's address."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+POISON = [11, 12, 13, 14, 15]
+
+
+@pytest.fixture(scope="module")
+def gw_stack(tiny_model_dir, h):
+    from tokenfair.serve.app import create_app
+    from tokenfair.serve.auth import KeyRing
+    from tokenfair.serve.gateway import Gateway
+    from tokenfair.serve.shutdown import ServerThread
+
+    backends = [h.start_serve(tiny_model_dir) for _ in range(2)]
+    contract = h.service_contract()
+    gw = Gateway(contract, KeyRing(contract), [t.url for _, t in backends])
+    gt = ServerThread(create_app(gw), gw).start()
+    yield backends, gw, gt
+    gt.stop()
+    for _, t in backends:
+        t.stop()
+
+
+def test_request_fault_is_not_retried_on_other_backends(gw_stack, h, monkeypatch):
+    backends, gw, gt = gw_stack
+    for svc, _ in backends:
+        step = svc.engine.runner.step
+
+        def poisoned(batch, step=step):
+            if any(w.start_pos == 0 and w.token_ids[:len(POISON)] == POISON for w in batch):
+                raise ValueError("Overflow when unpacking long long")
+            return step(batch)
+        monkeypatch.setattr(svc.engine.runner, "step", poisoned)
+    before = [len(svc.records.items) for svc, _ in backends]
+    r = httpx.post(gt.url + "/v1/completions", headers=h.auth("a"), timeout=30, json={"prompt": POISON, "max_tokens": 3})
+    assert r.status_code == 500 and r.headers["x-should-retry"] == "false", r.text
+    assert r.json()["error"]["code"] == "request_fault"
+    tried = sum(len(svc.records.items) - b for (svc, _), b in zip(backends, before))
+    assert tried == 1                                  # one backend saw it, once
+    for _, t in backends:
+        assert t.url.split("://", 1)[1] not in r.text
+    rec = [x for x in gw.records.items if x["request_id"] == r.headers["x-request-id"]][0]
+    assert rec["status"] == "failed" and rec["reason"].startswith("request_fault:")
+
+
+def test_backend_error_code_and_param_pass_through(gw_stack, h):
+    _, _, gt = gw_stack
+    r = httpx.post(gt.url + "/v1/completions", headers=h.auth("a"), timeout=30,
+                   json={"prompt": [5] * 200, "max_tokens": 100})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == "context_length_exceeded" and err["param"] == "max_tokens"
+    assert r.headers["x-should-retry"] == "false"
+    r = httpx.post(gt.url + "/v1/completions", headers=h.auth("a"), timeout=30,
+                   json={"prompt": "hi", "seed": 2 ** 70, "temperature": 1.0})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "seed"
