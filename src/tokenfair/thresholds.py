@@ -69,6 +69,9 @@ class GateSpec(_Strict):
     max_starvation_events: int | None = Field(default=None, ge=0)
     min_throughput_ratio_vs_fifo: float | None = Field(default=None, gt=0)
     min_class_share_ratio: float | None = Field(default=None, gt=0)
+    # rejected / requests, and requests that met their SLOs / requests (the live canary's checks)
+    max_rejection_rate: float | None = Field(default=None, ge=0, le=1)
+    min_goodput_fraction: float | None = Field(default=None, ge=0, le=1)
     tenants: dict[str, GroupLimits] = Field(default_factory=dict)   # "*": every tenant
     classes: dict[str, GroupLimits] = Field(default_factory=dict)   # "*": every class
     # tokenfair gate: compared metric name -> how far the candidate may fall behind the baseline
@@ -186,9 +189,24 @@ def evaluate(summary: dict, thresholds: Thresholds | GateSpec | None = None,
             v = m.get("ratio_to_min_share")
             checks.append(Check(f"class[{c}].share_vs_min_share", v, gate.min_class_share_ratio,
                                 v is not None and v >= gate.min_class_share_ratio - 1e-12, ">="))
+    checks += _fraction_checks(summary, gate)
     checks += _group_checks("tenant", summary.get("tenants", {}), gate.tenants)
     checks += _group_checks("class", summary.get("classes", {}), gate.classes)
     return checks
+
+
+def _fraction_checks(summary: dict, gate: GateSpec) -> list[Check]:
+    """Rejection rate and SLO goodput fraction; a summary without requests measures neither."""
+    n = summary.get("requests") or 0
+    out = []
+    if gate.max_rejection_rate is not None:
+        v = summary.get("status", {}).get("rejected", 0) / n if n else None
+        out.append(Check("rejection_rate", v, gate.max_rejection_rate, v is None or v <= gate.max_rejection_rate + 1e-12))
+    if gate.min_goodput_fraction is not None:
+        v = summary.get("overall", {}).get("slo_met", 0) / n if n else None
+        out.append(Check("goodput_fraction", v, gate.min_goodput_fraction,
+                         v is None or v >= gate.min_goodput_fraction - 1e-12, ">="))
+    return out
 
 
 def verdict(checks: list[Check]) -> bool:

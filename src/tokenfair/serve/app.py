@@ -40,6 +40,7 @@ from .jobs import Delta, Done, Failed, GenRequest, Job, RecordSink, failed_event
 from .openai_schema import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, error_body, full_response, now_s
 from .parsing import _validation_message, build_gen_request
 from .service import Service
+from .admin import install_admin
 from .sse import EventStream, _disconnected, _race, _sse
 
 # The shared HTTP layer's pieces live in errors / jobs / service / parsing / sse; they are
@@ -68,6 +69,7 @@ def create_app(service: Service, grace_s: float = 30.0) -> FastAPI:
 
     app = FastAPI(title=f"tokenfair {service.mode}", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.service = service
+    install_admin(app, service)      # /admin/contract*, x-tokenfair-contract, tokenfair_contract_info
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request, exc: RequestValidationError):

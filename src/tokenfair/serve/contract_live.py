@@ -168,6 +168,9 @@ class LiveContract:
 
     def apply(self, new: Contract, event: str = "apply", reason: str = "", *, push: bool = True) -> ContractEvent:
         ring = self.decide(new)
+        if self.canary is not None:           # any other change ends a running canary
+            running, self.canary = self.canary, None
+            running.stop("superseded")
         svc = self.service
         old = svc.contract
         with svc.policy_lock:
