@@ -207,3 +207,70 @@ def test_reload_file_and_records_rotation(tmp_path):
     assert wl.rows[0].arrival_s == 0.0 and {r.max_tokens for r in wl.rows} == {16}
     rejected = [r for r in wl.rows if r.request_id == "r8"][0]
     assert rejected.output_tokens == 16           # no true length: min(max_tokens, 256)
+
+
+def test_sighup_rereads_the_contract_file(tmp_path, h):
+    """A real `tokenfair gateway` process: SIGHUP applies the edited file; a bad edit is refused."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tokenfair.serve.fake_backend import create_fake_backend
+    from tokenfair.serve.shutdown import ServerThread, free_port
+
+    fb = ServerThread(create_fake_backend(concurrency=2, token_delay_s=0.001)).start()
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml_body(contract("h1")))
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tokenfair", "gateway", "--backend", fb.url, "--contract", str(path),
+                             "--port", str(port), "--admin-key-sha256", hash_key("admin-secret"),
+                             "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+
+    def version() -> str:
+        try:
+            return httpx.get(url + "/healthz", timeout=2).headers.get("x-tokenfair-contract", "")
+        except httpx.HTTPError:
+            return ""
+    try:
+        assert h.wait_until(lambda: version().startswith("h1@"), 30), proc.stderr.read1().decode() if proc.poll() else ""
+        path.write_text(yaml_body(contract("h2", a={"weight": 2})))
+        os.kill(proc.pid, signal.SIGHUP)
+        assert h.wait_until(lambda: version().startswith("h2@"), 10)
+        path.write_text("version: h3\ntenants: {a: {weight: 0}}\n")
+        os.kill(proc.pid, signal.SIGHUP)
+        assert h.wait_until(lambda: httpx.get(url + "/admin/contract", headers=ADMIN).json()["events"][-1]["event"]
+                            == "refused", 10)
+        assert version().startswith("h2@") and proc.poll() is None
+        r = httpx.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, headers=key("a"), timeout=10)
+        assert r.status_code == 200 and r.headers["x-tokenfair-contract"].startswith("h2@")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        fb.stop()
+
+
+def test_serve_engine_takes_a_live_contract(tiny_model_dir, h):
+    """`serve` (the real engine): the scheduler and its policy switch under the engine lock."""
+    svc, st = h.start_serve(tiny_model_dir)
+    try:
+        body = {"prompt": "the quick brown fox", "max_tokens": 4, "temperature": 0, "ignore_eos": True}
+        r = httpx.post(st.url + "/v1/completions", json=body, headers=h.auth("a"), timeout=30)
+        assert r.status_code == 200 and r.headers["x-tokenfair-contract"].startswith("serve-test@")
+        d = svc.contract.model_dump(mode="json")
+        d["version"] = "serve-v2"
+        d["tenants"]["a"]["weight"] = 4.0
+        d["engine"]["max_running"] = 8
+        svc.live.apply(parse_contract(d))
+        assert svc.sched.contract.engine.max_running == 8 and svc.policy.tenants["a"].weight == 4.0
+        r = httpx.post(st.url + "/v1/completions", json=body, headers=h.auth("a"), timeout=30)
+        assert r.status_code == 200 and r.headers["x-tokenfair-contract"].startswith("serve-v2@")
+        recs = {x["request_id"]: x for x in svc.records.items}
+        assert recs[r.headers["x-request-id"]]["contract_version"] == "serve-v2"
+        assert [x["contract_version"] for x in recs.values()] == ["serve-test", "serve-v2"]
+    finally:
+        st.stop()
