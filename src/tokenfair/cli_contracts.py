@@ -25,6 +25,9 @@ def register(app: typer.Typer, contract_app: typer.Typer) -> None:
     contract_app.command("diff")(contract_diff)
     contract_app.command("rollback")(contract_rollback)
     app.command("gate")(gate)
+    from .cli_shadow import shadow, sweep
+    app.command("shadow")(shadow)
+    app.command("sweep")(sweep)
 
 
 def contract_apply(path: Path = typer.Argument(..., help="contract YAML with a version: label"),

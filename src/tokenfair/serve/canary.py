@@ -18,35 +18,13 @@ import asyncio
 from collections import defaultdict
 
 from ..contract import Contract
-from ..metrics import group_metrics
+from ..measured import measured_summary
 from ..request import Status
 from ..thresholds import Check, GateSpec, evaluate
 from .contract_live import LiveContract, label_of
 
 MAX_DEFAULT_EVAL_S = 30.0
 MIN_EVAL_S = 0.05
-
-
-def live_summary(records: list[dict], starving: dict[tuple[str, str], int]) -> dict:
-    """A summary in :func:`tokenfair.metrics.summarize`'s shape (the parts the live gate reads)
-    from ended records, plus queued requests already past their max wait per (tenant, class)."""
-    by_tenant: dict[str, list[dict]] = defaultdict(list)
-    by_class: dict[str, list[dict]] = defaultdict(list)
-    for r in records:
-        by_tenant[r["tenant"]].append(r)
-        by_class[r["class"]].append(r)
-    for tenant, klass in starving:
-        by_tenant.setdefault(tenant, [])
-        by_class.setdefault(klass, [])
-    tenants = {t: group_metrics(v, None) for t, v in sorted(by_tenant.items())}
-    classes = {c: group_metrics(v, None) for c, v in sorted(by_class.items())}
-    overall = group_metrics(records, None)
-    for (tenant, klass), n in starving.items():
-        tenants[tenant]["starvation_events"] += n
-        classes[klass]["starvation_events"] += n
-        overall["starvation_events"] += n
-    return {"workload": "live", "requests": len(records), "status": overall["status"], "overall": overall,
-            "starvation_events": overall["starvation_events"], "tenants": tenants, "classes": classes}
 
 
 class Canary:
@@ -97,7 +75,7 @@ class Canary:
                     and now - req.arrival_s > req.max_wait_s):
                 starving[(req.tenant, req.klass)] += 1
         self.num_evaluations += 1
-        self.last_checks = evaluate(live_summary(recs, starving), self.gate)
+        self.last_checks = evaluate(measured_summary(recs, starving), self.gate)
         return self.last_checks
 
     async def _watch(self) -> None:
