@@ -24,6 +24,10 @@ def register(app: typer.Typer, contract_app: typer.Typer) -> None:
     contract_app.command("show")(contract_show)
     contract_app.command("diff")(contract_diff)
     contract_app.command("rollback")(contract_rollback)
+    from .cli_live import contract_live, contract_live_rollback, contract_push
+    contract_app.command("push")(contract_push)
+    contract_app.command("live")(contract_live)
+    contract_app.command("live-rollback")(contract_live_rollback)
     app.command("gate")(gate)
     from .cli_shadow import shadow, sweep
     app.command("shadow")(shadow)

@@ -274,3 +274,36 @@ def test_serve_engine_takes_a_live_contract(tiny_model_dir, h):
         assert [x["contract_version"] for x in recs.values()] == ["serve-test", "serve-v2"]
     finally:
         st.stop()
+
+
+def test_cli_push_canary_wait_and_live_rollback(stack, h, tmp_path):
+    from typer.testing import CliRunner
+
+    from tokenfair.cli import app
+    gw, gt = stack
+    r = CliRunner()
+    env = {"TOKENFAIR_ADMIN_KEY": "admin-secret"}
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text(yaml_body(contract("c-good", b={"weight": 2})))
+    bad.write_text(yaml_body(contract("c-bad", a={"max_concurrency": 1, "max_queued": 1})))
+    res = r.invoke(app, ["contract", "push", str(good), "--url", gt.url, "--canary-s", "0.6", "--eval-s", "0.2",
+                         "--wait"], env=env)
+    assert res.exit_code == 0 and "held" in res.output, res.output
+    # a burst from tenant a as soon as the bad canary is live: it is rolled back, exit 1
+    out: list[httpx.Response] = []
+
+    def burst() -> None:
+        if h.wait_until(lambda: gw.live.canary is not None, 10):
+            for t in _fire(gt.url, "a", 8, out, max_tokens=20):
+                t.join(30)
+    th = threading.Thread(target=burst)
+    th.start()
+    res = r.invoke(app, ["contract", "push", str(bad), "--url", gt.url, "--canary-s", "30", "--eval-s", "0.3",
+                         "--wait"], env=env)
+    th.join(30)
+    assert res.exit_code == 1 and "did not hold" in res.output and "rejection_rate" in res.output, res.output
+    assert gw.contract.version == "c-good"
+    res = r.invoke(app, ["contract", "live-rollback", "--url", gt.url], env=env)
+    assert res.exit_code == 0 and "in force: v1@" in res.output
+    res = r.invoke(app, ["contract", "live", "--url", gt.url], env={"TOKENFAIR_ADMIN_KEY": "wrong"})
+    assert res.exit_code == 2 and "HTTP 401" in res.output
