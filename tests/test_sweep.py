@@ -29,6 +29,8 @@ def setup(tmp_path):
 
 
 def test_sweep_ranks_variants_by_the_gate(setup):
+    from tokenfair.costmodel import load_profile
+    load_profile(None).cost          # a used profile caches its compiled cost object: must not reach a worker
     res = CliRunner().invoke(app, ["sweep", str(setup / "t.jsonl"), "--grid", str(setup / "grid.yaml"),
                                    "--out", str(setup / "out"), "--workers", "2"])
     assert res.exit_code == 0, res.output

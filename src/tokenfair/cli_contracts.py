@@ -115,6 +115,18 @@ def load_traces(traces: List[str], seed: int, max_requests: Optional[int]):
     return out
 
 
+def sim_inputs(profile: Optional[str], thresholds: Optional[Path], policy: str, traces: List[str], seed: int,
+               max_requests: Optional[int]):
+    """(profile, thresholds, workloads) for a simulated comparison; user errors raise."""
+    from .costmodel import load_profile
+    from .sched.registry import make_policy
+    from .thresholds import load_thresholds
+    prof = load_profile(profile)
+    th = load_thresholds(thresholds)
+    make_policy(policy)
+    return prof, th, load_traces(traces, seed, max_requests)
+
+
 def gate(traces: List[str] = typer.Argument(..., help="traces: built-in scenario, public trace name or file"),
          baseline: str = typer.Option(..., help="contract in force: file, or version label in --store"),
          candidate: str = typer.Option(..., help="contract to release: file, or version label in --store"),
@@ -128,17 +140,11 @@ def gate(traces: List[str] = typer.Argument(..., help="traces: built-in scenario
     """Simulate the baseline and the candidate contract on the same traces; exit 0 (pass),
     1 (a threshold breached, each named) or 2 (bad input)."""
     from .contract_store import resolve_contract_ref
-    from .costmodel import load_profile
     from .gate import gate_table, run_gate
     from .gate_report import write_gate_report
-    from .sched.registry import make_policy
-    from .thresholds import load_thresholds
     try:
         a, b = resolve_contract_ref(baseline, store), resolve_contract_ref(candidate, store)
-        prof = load_profile(profile)
-        th = load_thresholds(thresholds)
-        make_policy(policy)
-        wls = load_traces(traces, seed, max_requests)
+        prof, th, wls = sim_inputs(profile, thresholds, policy, traces, seed, max_requests)
     except USER_ERRORS as err:
         fail(_message(err))
     gates = run_gate(wls, a, b, prof, th, policy=policy, out_dir=out, progress=lambda m: typer.echo(m, err=True))

@@ -90,19 +90,13 @@ def sweep(traces: List[str] = typer.Argument(..., help="traces: built-in scenari
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
     from rich.table import Table
 
-    from .cli_contracts import load_traces
+    from .cli_contracts import sim_inputs
     from .contract_store import resolve_contract_ref
-    from .costmodel import load_profile
-    from .sched.registry import make_policy
     from .sweep import dump_variant, load_grid, run_sweep, write_sweep
-    from .thresholds import load_thresholds
     try:
         g = load_grid(grid)
         base = resolve_contract_ref(baseline, store) if baseline is not None else g.base
-        prof = load_profile(profile)
-        th = load_thresholds(thresholds)
-        make_policy(policy)
-        wls = load_traces(traces, seed, max_requests)
+        prof, th, wls = sim_inputs(profile, thresholds, policy, traces, seed, max_requests)
     except USER_ERRORS as err:
         fail(_message(err))
     console = Console(stderr=True)

@@ -21,6 +21,7 @@ throughput, then the variant number.
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,10 +139,12 @@ def light_tenants_of(workloads: list[Workload]) -> list[str]:
     return sorted(t for t, m in means.items() if m < med) or [min(means, key=means.get)]
 
 
-def simulate_summaries(workloads: list[Workload], contract: Contract, profile: Profile, policy: str) -> list[dict]:
-    """One summary per workload (run in a worker process)."""
+def simulate_summaries(workloads: list[Workload], contract: Contract, profile: dict, policy: str) -> list[dict]:
+    """One summary per workload (run in a worker process).  The profile travels as its fields:
+    a used Profile caches its compiled step-cost object, which does not pickle."""
     from .sim.simulate import simulate
-    return [simulate(wl, policy, contract, profile, isolated=False).summary for wl in workloads]
+    prof = Profile.model_validate(profile)
+    return [simulate(wl, policy, contract, prof, isolated=False).summary for wl in workloads]
 
 
 def _light_p99(summaries: list[dict], light: list[str]) -> float | None:
@@ -160,9 +163,11 @@ def run_sweep(grid: Grid, workloads: list[Workload], baseline: Contract, profile
     light = grid.light_tenants if grid.light_tenants is not None else light_tenants_of(workloads)
     total = len(grid.variants) + 1
     results: dict[int, list[dict]] = {}
-    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
-        futs = {pool.submit(simulate_summaries, workloads, baseline, profile, policy): 0}
-        futs |= {pool.submit(simulate_summaries, workloads, v.contract, profile, policy): v.index for v in grid.variants}
+    # spawned, not forked: a forked child inherits the parent's threads and locks mid-state
+    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=multiprocessing.get_context("spawn")) as pool:
+        fields = profile.model_dump()
+        futs = {pool.submit(simulate_summaries, workloads, baseline, fields, policy): 0}
+        futs |= {pool.submit(simulate_summaries, workloads, v.contract, fields, policy): v.index for v in grid.variants}
         for done, fut in enumerate(as_completed(futs), 1):
             results[futs[fut]] = fut.result()
             if progress is not None:
