@@ -18,7 +18,7 @@ from .scenarios import SCENARIOS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Contract-driven fair scheduling for multi-tenant LLM serving.")
-contract_app = typer.Typer(no_args_is_help=True, help="Validate a contract or print its JSON Schema.")
+contract_app = typer.Typer(no_args_is_help=True, help="Validate, version, diff and roll back contracts.")
 app.add_typer(contract_app, name="contract")
 
 
@@ -172,6 +172,8 @@ def _register_optional() -> None:
     app.command("calibrate")(calibrate)
     app.command("fidelity")(fidelity)
     bench_app.command("engine")(bench_engine)
+    from .cli_contracts import register as register_contracts
+    register_contracts(app, contract_app)
 
 
 _register_optional()

@@ -45,10 +45,20 @@ def _digest(option: str, value: Optional[str]) -> Optional[str]:
     return d
 
 
+def _live(svc, contract: Optional[Path], admin_key_sha256: Optional[str], thresholds: Optional[Path]) -> None:
+    """Live contract changes: the admin key, the canary's thresholds, SIGHUP (serve/admin.py)."""
+    from .serve.admin import configure_live
+    from .thresholds import load_thresholds
+    configure_live(svc, contract_path=contract, admin_key_sha256=admin_key_sha256,
+                   thresholds=load_thresholds(thresholds))
+
+
 def _run_server(app, service, host: str, port: int, grace_s: float, log_level: str) -> None:
     import uvicorn
 
+    from .serve.admin import install_sighup
     from .serve.shutdown import GracefulServer
+    install_sighup(service)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                             timeout_graceful_shutdown=grace_s + CLOSE_S, access_log=log_level == "debug")
     GracefulServer(config, service, grace_s).run()
@@ -66,6 +76,9 @@ def serve(model: str = typer.Option("default", help="'default' (SmolLM2-135M GGU
           served_model_name: Optional[str] = typer.Option(None, help="model id reported by /v1/models"),
           max_tokens_default: int = typer.Option(256, help="max_tokens for chat requests that give none"),
           records: Optional[Path] = typer.Option(None, help="append one JSON line per ended request here"),
+          records_max_mb: Optional[float] = typer.Option(None, help="rotate the records file past this size (MB)"),
+          admin_key_sha256: Optional[str] = typer.Option(None, help="SHA-256 (hex) of the admin key for /admin/contract"),
+          thresholds: Optional[Path] = typer.Option(None, help="thresholds YAML for canaries (default: built-in)"),
           allow_anonymous: Optional[str] = typer.Option(None, help="tenant for requests WITHOUT a key (testing)"),
           grace_s: float = typer.Option(DEFAULT_GRACE_S, help="shutdown grace period for in-flight requests (+5 s to close)"),
           max_tenant_labels: int = typer.Option(20, help="tenant label values in /metrics before 'other'"),
@@ -76,8 +89,9 @@ def serve(model: str = typer.Option("default", help="'default' (SmolLM2-135M GGU
           log_level: str = typer.Option("info", help="uvicorn log level")) -> None:
     """Serve a model with the fair scheduler behind an OpenAI-compatible HTTP API."""
     from .costmodel import load_profile
-    from .serve.app import RecordSink, create_app
+    from .serve.app import create_app
     from .serve.engine_backend import build_engine_service
+    from .serve.records_sink import make_record_sink
     try:
         c = resolve_contract(contract, None)
         ring = _keyring(c, allow_anonymous)
@@ -86,10 +100,12 @@ def serve(model: str = typer.Option("default", help="'default' (SmolLM2-135M GGU
             raise ValueError("threads and block_size must be > 0 and kv_tokens >= block_size")
         svc = build_engine_service(model, c, ring, threads=threads, kv_tokens=kv_tokens, block_size=block_size,
                                    policy=policy, profile=prof, served_model=served_model_name,
-                                   max_tokens_default=max_tokens_default, records=RecordSink(records),
+                                   max_tokens_default=max_tokens_default,
+                                   records=make_record_sink(records, records_max_mb),
                                    seed=seed, max_tenant_labels=max_tenant_labels)
         svc.max_body_bytes = _positive("--max-body-bytes", max_body_bytes)
         svc.metrics_key_sha256 = _digest("--metrics-key-sha256", metrics_key_sha256)
+        _live(svc, contract, admin_key_sha256, thresholds)
     except (*USER_ERRORS, OSError) as err:
         fail(_message(err))
     typer.echo(f"serving {svc.served_model} on http://{host}:{port}/v1 (policy {policy}, "
@@ -110,6 +126,9 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
             max_inflight_tokens: Optional[int] = typer.Option(None, help="cap on predicted tokens in flight per backend"),
             max_context: Optional[int] = typer.Option(None, help="backends' context length (413 beyond it)"),
             records: Optional[Path] = typer.Option(None, help="append one JSON line per ended request here"),
+            records_max_mb: Optional[float] = typer.Option(None, help="rotate the records file past this size (MB)"),
+            admin_key_sha256: Optional[str] = typer.Option(None, help="SHA-256 (hex) of the admin key for /admin/contract"),
+            thresholds: Optional[Path] = typer.Option(None, help="thresholds YAML for canaries (default: built-in)"),
             allow_anonymous: Optional[str] = typer.Option(None, help="tenant for requests WITHOUT a key (testing)"),
             grace_s: float = typer.Option(DEFAULT_GRACE_S, help="shutdown grace period for in-flight requests (+5 s to close)"),
             max_tenant_labels: int = typer.Option(20, help="tenant label values in /metrics before 'other'"),
@@ -124,9 +143,10 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
                                                              "('tokenfair keys hash KEY'; default: open)"),
             log_level: str = typer.Option("info", help="uvicorn log level")) -> None:
     """Fair-queueing gateway in front of OpenAI-compatible backends (adaptive windows)."""
-    from .serve.app import RecordSink, create_app
+    from .serve.app import create_app
     from .serve.gateway import Gateway, WindowConfig
     from .serve.gateway_health import HealthConfig
+    from .serve.records_sink import make_record_sink
     try:
         c = resolve_contract(contract, None)
         ring = _keyring(c, allow_anonymous)
@@ -140,10 +160,11 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
                               inter_chunk_timeout_s=inter_chunk_timeout_s, probe_interval_s=probe_interval_s,
                               probe_timeout_s=probe_timeout_s, probe_failures_down=probe_failures_down)
         gw = Gateway(c, ring, list(backend), policy=policy, backend_key=backend_key, window=win,
-                     max_context=max_context, records=RecordSink(records), max_tenant_labels=max_tenant_labels,
-                     health=health)
+                     max_context=max_context, records=make_record_sink(records, records_max_mb),
+                     max_tenant_labels=max_tenant_labels, health=health)
         gw.max_body_bytes = _positive("--max-body-bytes", max_body_bytes)
         gw.metrics_key_sha256 = _digest("--metrics-key-sha256", metrics_key_sha256)
+        _live(gw, contract, admin_key_sha256, thresholds)
     except (*USER_ERRORS, OSError) as err:
         fail(_message(err))
     typer.echo(f"gateway on http://{host}:{port}/v1 -> {', '.join(b.url for b in gw.backends)} (policy {policy})",

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -41,20 +42,54 @@ class GroupLimits(_Strict):
     max_starvation_events: int | None = Field(default=None, ge=0)
 
 
+class RegressionLimit(_Strict):
+    """How much worse than the baseline a candidate may be on one compared metric (``tokenfair
+    gate``): lower-is-better metrics must stay <= baseline x max_ratio + slack, higher-is-better
+    ones >= baseline / max_ratio - slack."""
+
+    max_ratio: float = Field(default=1.0, ge=1.0)
+    slack: float = Field(default=0.0, ge=0)
+
+
+class MetricSpec(_Strict):
+    """One compared metric: a dotted path inside a summary.  Per-group metrics (``groups``)
+    are read inside ``summary.tenants.<name>`` and ``summary.classes.<name>``; a path starting
+    with ``/`` is read from the summary's root with ``{name}`` replaced by the group's name.
+    A path the summary lacks is "not measured" (or ``missing`` when given, e.g. 0 for counts)."""
+
+    path: str
+    better: Literal["lower", "higher"] = "lower"
+    missing: float | None = None
+    scopes: tuple[Literal["tenant", "class"], ...] = ("tenant", "class")   # groups only
+
+
 class GateSpec(_Strict):
     min_jain: float | None = Field(default=None, ge=0, le=1)
     max_share_deviation: float | None = Field(default=None, ge=0, le=1)
     max_starvation_events: int | None = Field(default=None, ge=0)
     min_throughput_ratio_vs_fifo: float | None = Field(default=None, gt=0)
     min_class_share_ratio: float | None = Field(default=None, gt=0)
+    # rejected / requests, and requests that met their SLOs / requests (the live canary's checks)
+    max_rejection_rate: float | None = Field(default=None, ge=0, le=1)
+    min_goodput_fraction: float | None = Field(default=None, ge=0, le=1)
     tenants: dict[str, GroupLimits] = Field(default_factory=dict)   # "*": every tenant
     classes: dict[str, GroupLimits] = Field(default_factory=dict)   # "*": every class
+    # tokenfair gate: compared metric name -> how far the candidate may fall behind the baseline
+    max_regression: dict[str, RegressionLimit] = Field(default_factory=dict)
+
+
+class CompareSpec(_Strict):
+    """The metrics ``tokenfair gate`` compares, per tenant/class (``groups``) and global."""
+
+    groups: dict[str, MetricSpec] = Field(default_factory=dict)
+    overall: dict[str, MetricSpec] = Field(default_factory=dict)
 
 
 class Thresholds(_Strict):
     version: str = "unversioned"
     default: GateSpec = GateSpec()
     scenarios: dict[str, GateSpec] = Field(default_factory=dict)
+    compare: CompareSpec = CompareSpec()
 
     def for_workload(self, name: str | None) -> GateSpec:
         """The default gate with the overrides for workload ``name`` applied field by field."""
@@ -126,9 +161,10 @@ def _group_checks(kind: str, groups: dict[str, dict], table: dict[str, GroupLimi
 
 
 def evaluate(summary: dict, thresholds: Thresholds | GateSpec | None = None,
-             baseline_summary: dict | None = None) -> list[Check]:
-    """Every check of the gate for ``summary``'s workload; ``baseline_summary`` is fifo's run on
-    the same workload (the throughput-ratio check is left out without it)."""
+             baseline_summary: dict | None = None, baseline_name: str = "fifo") -> list[Check]:
+    """Every check of the gate for ``summary``'s workload; ``baseline_summary`` is
+    ``baseline_name``'s run on the same workload (the throughput-ratio check is left out
+    without it)."""
     if thresholds is None:
         thresholds = load_thresholds()
     gate = thresholds.for_workload(summary.get("workload")) if isinstance(thresholds, Thresholds) else thresholds
@@ -146,16 +182,31 @@ def evaluate(summary: dict, thresholds: Thresholds | GateSpec | None = None,
     if gate.min_throughput_ratio_vs_fifo is not None and baseline_summary is not None:
         base = baseline_summary.get("throughput_tokens_per_s") or 0.0
         v = summary.get("throughput_tokens_per_s", 0.0) / base if base > 0 else None
-        checks.append(Check("throughput_ratio_vs_fifo", v, gate.min_throughput_ratio_vs_fifo,
+        checks.append(Check(f"throughput_ratio_vs_{baseline_name}", v, gate.min_throughput_ratio_vs_fifo,
                             v is None or v >= gate.min_throughput_ratio_vs_fifo - 1e-12, ">="))
     if gate.min_class_share_ratio is not None:
         for c, m in sorted(fair.get("class_min_share", {}).items()):
             v = m.get("ratio_to_min_share")
             checks.append(Check(f"class[{c}].share_vs_min_share", v, gate.min_class_share_ratio,
                                 v is not None and v >= gate.min_class_share_ratio - 1e-12, ">="))
+    checks += _fraction_checks(summary, gate)
     checks += _group_checks("tenant", summary.get("tenants", {}), gate.tenants)
     checks += _group_checks("class", summary.get("classes", {}), gate.classes)
     return checks
+
+
+def _fraction_checks(summary: dict, gate: GateSpec) -> list[Check]:
+    """Rejection rate and SLO goodput fraction; a summary without requests measures neither."""
+    n = summary.get("requests") or 0
+    out = []
+    if gate.max_rejection_rate is not None:
+        v = summary.get("status", {}).get("rejected", 0) / n if n else None
+        out.append(Check("rejection_rate", v, gate.max_rejection_rate, v is None or v <= gate.max_rejection_rate + 1e-12))
+    if gate.min_goodput_fraction is not None:
+        v = summary.get("overall", {}).get("slo_met", 0) / n if n else None
+        out.append(Check("goodput_fraction", v, gate.min_goodput_fraction,
+                         v is None or v >= gate.min_goodput_fraction - 1e-12, ">="))
+    return out
 
 
 def verdict(checks: list[Check]) -> bool:

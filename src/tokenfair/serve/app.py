@@ -44,6 +44,7 @@ from .limits import OFFLOAD_PARSE_BYTES, read_body
 from .openapi import install_openapi
 from .parsing import _validation_message, build_gen_request, parse_body
 from .service import Service
+from .admin import install_admin
 from .sse import EventStream, _disconnected, _race, _sse
 
 # The shared HTTP layer's pieces live in errors / jobs / service / parsing / sse; they are
@@ -73,6 +74,7 @@ def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
     app = FastAPI(title=f"tokenfair {service.mode}", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.service = service
     install_openapi(app)
+    install_admin(app, service)      # /admin/contract*, x-tokenfair-contract, tokenfair_contract_info
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request, exc: RequestValidationError):

@@ -44,6 +44,8 @@ class Service:
         self.closing = False
         self.policy = None
         self.policy_lock: Any = nullcontext()
+        self.admitted_by: dict[str, tuple[str, str]] = {}   # request id -> (version, hash) at intake
+        self.live: Any = None                              # serve/contract_live.LiveContract
 
     # -- clock & ids
     def now(self) -> float:
@@ -59,6 +61,7 @@ class Service:
                        output_tokens=1, klass=g.klass, deadline_s=g.deadline_s, priority=g.priority,
                        max_tokens=max_tokens)
         req, reject = make_request(row, self.next_seq(), self.contract)
+        self.admitted_by[req.request_id] = (self.contract.version, self.contract.content_hash)
         if reject is not None:
             raise self.refuse(req, reject, now, endpoint=g.kind)
         return req
@@ -135,8 +138,10 @@ class Service:
     def record(self, req: Request, endpoint: str | None = None, finish_reason: str | None = None,
                **extra: Any) -> None:
         rec = request_record(req)
+        version, digest = self.admitted_by.pop(req.request_id, (self.contract.version, self.contract.content_hash))
         rec.update({"mode": self.mode, "endpoint": endpoint, "http_status": http_status_of(req),
-                    "finish_reason": finish_reason}, **extra)
+                    "finish_reason": finish_reason, "max_tokens": req.max_tokens,
+                    "contract_version": version, "contract_hash": digest}, **extra)
         self.records.add(rec)
         if req.status is not Status.REJECTED:
             self.metrics.ended(req)

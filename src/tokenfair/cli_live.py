@@ -1,0 +1,112 @@
+"""``tokenfair contract push / live / live-rollback``: change a running service's contract
+over its admin endpoints (``serve``/``gateway`` with ``--admin-key-sha256``).
+
+The admin key comes from ``--admin-key`` or ``$TOKENFAIR_ADMIN_KEY``.  ``push --canary-s S
+--wait`` waits for the canary's verdict and exits 0 when the candidate held, 1 when it was
+rolled back (the breached checks are printed); errors from the server exit 2.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .cli_common import fail
+
+KEY_HELP = "admin key (default: $TOKENFAIR_ADMIN_KEY)"
+POLL_S = 0.5
+
+
+def _client(url: str, admin_key: Optional[str]):
+    import httpx
+    if not admin_key:
+        fail("no admin key: pass --admin-key or set TOKENFAIR_ADMIN_KEY")
+    return httpx.Client(base_url=url.rstrip("/"), headers={"Authorization": f"Bearer {admin_key}"}, timeout=30)
+
+
+def _call(client, method: str, path: str, **kw) -> dict:
+    import httpx
+    try:
+        r = client.request(method, path, **kw)
+    except httpx.HTTPError as err:
+        fail(f"{client.base_url}{path}: {err}")
+    if r.status_code != 200:
+        try:
+            msg = r.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            msg = r.text
+        fail(f"{client.base_url}{path}: HTTP {r.status_code}: {msg}")
+    return r.json()
+
+
+def _show(state: dict) -> None:
+    typer.echo(f"in force: {state['contract']}")
+    if state.get("canary"):
+        c = state["canary"]
+        typer.echo(f"canary: {c['candidate']} {c['state']} ({c['evaluations']} evaluations"
+                   + (f"; breached {', '.join(c['breached'])}" if c["breached"] else "") + ")")
+    for e in state.get("events", [])[-5:]:
+        typer.echo(f"  {e['event']:<14} {e['version']}  {e['reason']}")
+
+
+def contract_push(path: Path = typer.Argument(..., help="contract YAML to apply"),
+                  url: str = typer.Option(..., help="service base URL, e.g. http://127.0.0.1:8080"),
+                  canary_s: Optional[float] = typer.Option(None, help="apply as a canary for this many seconds"),
+                  eval_s: Optional[float] = typer.Option(None, help="canary evaluation period (s)"),
+                  wait: bool = typer.Option(False, help="wait for the canary's verdict (exit 1 if rolled back)"),
+                  admin_key: Optional[str] = typer.Option(None, envvar="TOKENFAIR_ADMIN_KEY", help=KEY_HELP)) -> None:
+    """Apply a contract to a running service (validated there; a bad one is refused)."""
+    from .contract import ContractError, load_contract
+    try:
+        c = load_contract(path)
+    except ContractError as err:
+        fail(str(err))
+    params = {k: v for k, v in (("canary_s", canary_s), ("eval_s", eval_s)) if v is not None}
+    with _client(url, admin_key) as client:
+        state = _call(client, "POST", "/admin/contract", params=params, content=Path(path).read_bytes())
+        _show(state)
+        if canary_s is None or not wait:
+            return
+        label = f"{c.version}@{c.content_hash}"
+        while True:
+            time.sleep(POLL_S)
+            state = _call(client, "GET", "/admin/contract")
+            if state.get("canary") is None or state["canary"]["candidate"] != label:
+                break
+    ev = next((e for e in reversed(state["events"]) if e["event"] in ("canary_passed", "rollback", "apply",
+                                                                          "reload")), None)
+    _show(state)
+    if ev is None or ev["event"] != "canary_passed":
+        typer.echo(f"canary of {label} did not hold: {ev['reason'] if ev else 'no verdict'}")
+        raise typer.Exit(1)
+    typer.echo(f"canary of {label} held")
+
+
+def contract_live(url: str = typer.Option(..., help="service base URL"),
+                  admin_key: Optional[str] = typer.Option(None, envvar="TOKENFAIR_ADMIN_KEY", help=KEY_HELP)) -> None:
+    """The contract in force in a running service, its canary and recent changes."""
+    with _client(url, admin_key) as client:
+        _show(_call(client, "GET", "/admin/contract"))
+
+
+def contract_live_rollback(url: str = typer.Option(..., help="service base URL"),
+                           admin_key: Optional[str] = typer.Option(None, envvar="TOKENFAIR_ADMIN_KEY", help=KEY_HELP)) -> None:
+    """Roll a running service back to its previous contract at once."""
+    with _client(url, admin_key) as client:
+        _show(_call(client, "POST", "/admin/contract/rollback"))
+
+
+def fake_backend(port: int = typer.Option(9000, help="TCP port"),
+                 host: str = typer.Option("127.0.0.1", help="bind address"),
+                 concurrency: int = typer.Option(4, min=1, help="requests served at once (FIFO beyond)"),
+                 token_delay_s: float = typer.Option(0.02, min=0, help="seconds per output token"),
+                 ttft_s: float = typer.Option(0.02, min=0, help="seconds to the first token")) -> None:
+    """A deterministic fake OpenAI-compatible backend (try the gateway without a model)."""
+    import uvicorn
+
+    from .serve.fake_backend import create_fake_backend
+    typer.echo(f"fake backend on http://{host}:{port}/v1 ({concurrency} at once, {token_delay_s:g} s/token)", err=True)
+    uvicorn.run(create_fake_backend(concurrency, token_delay_s, ttft_s), host=host, port=port, log_level="warning")
