@@ -87,7 +87,13 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
             allow_anonymous: Optional[str] = typer.Option(None, help="tenant for requests WITHOUT a key (testing)"),
             grace_s: float = typer.Option(30.0, help="shutdown grace period for in-flight requests"),
             max_tenant_labels: int = typer.Option(20, help="tenant label values in /metrics before 'other'"),
-            log_level: str = typer.Option("info", help="uvicorn log level")) -> None:
+            log_level: str = typer.Option("info", help="uvicorn log level"),
+            redis: Optional[str] = typer.Option(None, help="Redis URL: share tenant state with the fleet's other gateways"),
+            fleet: str = typer.Option("default", help="fleet name (the Redis key prefix) with --redis"),
+            gateway_id: Optional[str] = typer.Option(None, help="this replica's id in the fleet (default host:port)"),
+            lease_ttl: float = typer.Option(5.0, help="with --redis: a dead replica's capacity returns after this (s)"),
+            heartbeat: float = typer.Option(0.25, help="with --redis: heartbeat interval (s)"),
+            redis_timeout: float = typer.Option(0.25, help="with --redis: a slower call counts as Redis down (s)")) -> None:
     """Fair-queueing gateway in front of OpenAI-compatible backends (adaptive windows)."""
     from .serve.app import RecordSink, create_app
     from .serve.gateway import Gateway, WindowConfig
@@ -100,8 +106,14 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
                            max_inflight_tokens=max_inflight_tokens)
         from .sched.registry import make_policy
         make_policy(policy)
-        gw = Gateway(c, ring, list(backend), policy=policy, backend_key=backend_key, window=win,
-                     max_context=max_context, records=RecordSink(records), max_tenant_labels=max_tenant_labels)
+        kw = dict(policy=policy, backend_key=backend_key, window=win, max_context=max_context,
+                  records=RecordSink(records), max_tenant_labels=max_tenant_labels)
+        if redis is None:
+            gw = Gateway(c, ring, list(backend), **kw)
+        else:
+            from .fleet.gateway import fleet_gateway
+            gw = fleet_gateway(c, ring, list(backend), redis, fleet, gateway_id or f"{host}:{port}",
+                               lease_ttl_s=lease_ttl, heartbeat_s=heartbeat, timeout_s=redis_timeout, **kw)
     except (*USER_ERRORS, OSError) as err:
         fail(_message(err))
     typer.echo(f"gateway on http://{host}:{port}/v1 -> {', '.join(b.url for b in gw.backends)} (policy {policy})",

@@ -1,0 +1,58 @@
+"""``tokenfair fleet status`` and ``tokenfair fake-backend``.  Registered in ``cli.py``;
+user errors exit with status 2 and a message."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from .cli_common import USER_ERRORS, _message, fail
+
+fleet_app = typer.Typer(no_args_is_help=True, help="A fleet of gateways sharing state through Redis.")
+
+
+@fleet_app.command("status")
+def fleet_status(redis: str = typer.Option(..., help="the fleet's Redis URL, e.g. redis://127.0.0.1:6379/0"),
+                 fleet: str = typer.Option("default", help="fleet name (as the gateways' --fleet)"),
+                 heartbeat: float = typer.Option(0.25, help="the gateways' heartbeat interval (s), for 'live'"),
+                 as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """Tenants' fleet shares and tags, queues per replica, leases per backend."""
+    try:
+        import redis as redis_py
+    except ImportError:
+        fail("fleet status needs redis-py: pip install 'tokenfair[serve]'")
+    from .fleet.status import format_status, read_status
+    if not redis.startswith(("redis://", "rediss://", "unix://")):
+        fail(f"--redis {redis!r}: expected redis://host:port[/db], rediss://... or unix:///path")
+    try:
+        r = redis_py.Redis.from_url(redis, socket_timeout=5.0, socket_connect_timeout=5.0)
+        st = read_status(r, fleet, heartbeat)
+    except (redis_py.RedisError, OSError) as err:
+        fail(f"--redis {redis}: {type(err).__name__}: {err}")
+    typer.echo(json.dumps(st, indent=2) if as_json else format_status(st))
+
+
+def fake_backend(port: int = typer.Option(8001, help="TCP port"),
+                 host: str = typer.Option("127.0.0.1", help="bind address"),
+                 profile: Optional[str] = typer.Option("llama3-8b-a100", help="simulator profile (name or YAML) "
+                                                       "for continuous-batching step times"),
+                 max_running: int = typer.Option(16, help="requests batched at once (FIFO beyond)"),
+                 time_scale: float = typer.Option(1.0, help="multiply every step time (0.1 = 10x faster)"),
+                 model: str = typer.Option("fake-model", help="model id for /v1/models"),
+                 log_level: str = typer.Option("warning", help="uvicorn log level")) -> None:
+    """A fake OpenAI-compatible backend whose timing follows a simulator profile (no GPU)."""
+    from .costmodel import load_profile
+    from .serve.fake_backend import create_fake_backend
+    try:
+        prof = load_profile(profile)
+        if max_running <= 0 or time_scale <= 0:
+            raise ValueError("--max-running and --time-scale must be > 0")
+        app = create_fake_backend(model=model, profile=prof, max_running=max_running, time_scale=time_scale)
+    except (*USER_ERRORS, OSError) as err:
+        fail(_message(err))
+    import uvicorn
+    typer.echo(f"fake backend {model} on http://{host}:{port}/v1 (profile {prof.name}, max_running {max_running})",
+               err=True)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
