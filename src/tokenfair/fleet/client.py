@@ -61,6 +61,7 @@ class FleetClient:
         self.leases: dict[str, DispatchAsk] = {}        # this gateway's live leases
         self.num_degraded = 0                           # times it fell back to local state
         self.num_replayed = 0                           # journal ops replayed onto Redis
+        self.refusals: dict[str, int] = {}              # refused dispatch asks by reason
         self.last_error = ""
         self.on_wake: Callable[[str, int], None] = lambda backend, inflight: None
         self.heartbeat_fn: Callable[[], Heartbeat] | None = None
@@ -107,14 +108,18 @@ class FleetClient:
                 if ans.ok:
                     self.leases[ask.lease_id] = ask
                     self.local.adopt(ask)
+                else:
+                    self.refusals[ans.reason] = self.refusals.get(ans.reason, 0) + 1
                 self._absorb(ans)
                 return ans
         ans = await self.local.dispatch(ask)
         if ans.ok:
             self.leases[ask.lease_id] = ask
             self.journal.append(replace(ask, force=True))     # same op id: applied once
-        elif uncertain:                  # undo it on Redis if it did run there
-            self.journal.append(self._completion(ask, 0.0))
+        else:
+            self.refusals[ans.reason] = self.refusals.get(ans.reason, 0) + 1
+            if uncertain:                # undo it on Redis if it did run there
+                self.journal.append(self._completion(ask, 0.0))
         self._absorb(ans)
         return ans
 

@@ -34,9 +34,10 @@ from dataclasses import dataclass, fields
 from ..request import Status
 from ..serve.gateway import Gateway
 from ..serve.gateway_backend import GatewayJob
+from ..serve.gateway_dispatch import IDLE_POLL_S
 from ..serve.gateway_window import Backend
 from .client import FleetClient
-from .model import REASON_WINDOW, DispatchAsk, Heartbeat
+from .model import REASON_RATE, REASON_WINDOW, DispatchAsk, Heartbeat
 
 
 @dataclass
@@ -121,6 +122,7 @@ class FleetGateway(Gateway):
         blocked: set[str] = set()
         max_running = self.contract.engine.max_running
         misses = 0
+        retry_s = IDLE_POLL_S
         while policy.num_waiting() and len(self.running) < max_running and misses <= len(self.backends):
             if self._free_backend(0) is None:
                 break
@@ -150,12 +152,15 @@ class FleetGateway(Gateway):
                     misses += 1
                 else:
                     blocked.add(cand.tenant)
+                    if ans.reason == REASON_RATE:
+                        retry_s = min(retry_s, ans.retry_s)
                 self._sync_tags()
                 continue
             task = self._release(cand, b, tokens, now)
             self._task_asks[task] = ask
             self._sync_tags()
         self._set_sleep(now)
+        self._sleep = max(0.001, min(self._sleep, retry_s))   # a fleet bucket refills then
 
     def _proxy_done(self, job: GatewayJob, b: Backend, tokens: int, task: asyncio.Task) -> None:
         super()._proxy_done(job, b, tokens, task)
@@ -187,6 +192,8 @@ class FleetGateway(Gateway):
              one(st["journal_ops"])),
             ("tokenfair_fleet_degraded_total", "Times this gateway fell back to local state", (),
              one(st["times_degraded"])),
+            ("tokenfair_fleet_refusals", "Dispatch asks the fleet store refused, by reason (window, concurrency, "
+             "rate, ahead)", ("reason",), {(k,): float(v) for k, v in sorted(self.fleet.refusals.items())}),
             ("tokenfair_fleet_backend_leases", "Requests in flight per backend, fleet-wide (leases)", ("backend",),
              {(b.name,): float(b.fleet_inflight) for b in self.backends}),
             ("tokenfair_fleet_tag", "Fleet-wide normalised service S per tenant (cost / weight)", ("tenant",),
