@@ -5,13 +5,14 @@ rate-limited tenant within one request's cost of its limit under 64 concurrent c
 from __future__ import annotations
 
 import asyncio
+import time
 from contextlib import ExitStack
 
 import pytest
 
 from tokenfair.fleet.rehearsal import FleetSpec, closed_loop, shares, start_fleet
 
-from fleet_helpers import KEYS, RATE, WEIGHTS, contract, keyring
+from fleet_helpers import KEYS, RATE, WEIGHTS, contract, cost, keyring
 
 DURATION_S = 3.0
 CLIENTS = {"a": 8, "b": 8, "c": 8}
@@ -74,21 +75,25 @@ def test_rate_limit_holds_fleet_wide_under_64_clients(redis_server, shared):
     duration = 1.0
     with ExitStack() as stack:
         fleet = start_fleet(spec, c, keyring(c), stack)
-        out = asyncio.run(closed_loop(fleet.urls, KEYS, {"r": 64}, duration, max_tokens=4, prompt_words=4))
-        recs = [r for gw in fleet.gateways for r in gw.records.items if r["status"] == "finished"]
-        starts = [r["scheduled_s"] for r in recs]
-        cost = sum(r["prompt_tokens"] + r["output_tokens"] for r in recs)
+        out = asyncio.run(closed_loop(fleet.urls, KEYS, {"r": 64}, duration, max_tokens=4, prompt_words=4,
+                                      wp=c.costs.prefill_token, wd=c.costs.decode_token))
+        recs, starts = [], []
+        for gw in fleet.gateways:
+            origin = time.perf_counter() - gw.now()       # each gateway's clock starts at its construction
+            done = [r for r in gw.records.items if r["status"] == "finished"]
+            recs += done
+            starts += [origin + r["scheduled_s"] for r in done]
+        admitted = sum(cost(c, r["prompt_tokens"], r["output_tokens"]) for r in recs)
         refused = sum(getattr(gw, "fleet").refusals.get("rate", 0) for gw in fleet.gateways) if shared else 0
-    # the gateways' clocks start within milliseconds of each other (one process)
     span = max(starts) - min(starts)
-    one_request = 4 + 4 + 2                       # prompt words + max_tokens, + the prompt estimate's slack
+    one_request = cost(c, 4 + 2, 4)               # prompt words (+ the estimate's slack) and max_tokens
     limit = RATE["burst_tokens"] + RATE["tokens_per_s"] * span
     if shared:
-        print(f"rate-limited tenant: cost {cost} over {span:.2f}s, limit {limit:.0f} + one request {one_request}")
-        assert cost <= limit + one_request, (cost, limit, span)
+        print(f"rate-limited tenant: cost {admitted} over {span:.2f}s, limit {limit:.0f} + one request {one_request}")
+        assert admitted <= limit + one_request, (admitted, limit, span)
         # the fleet bucket was what held r back, and it was not bought by refusing: every
         # request was served (queued at its gateway until the bucket allowed it)
         assert refused > 0
         assert all(set(v) <= {"200"} for v in out.counts.values()), out.counts
     else:
-        assert cost > limit + one_request, (cost, limit)
+        assert admitted > limit + one_request, (admitted, limit)

@@ -52,7 +52,13 @@ class FleetClient:
         self.url, self.fleet, self.gateway_id = url, fleet, gateway_id
         self.timeout_s, self.heartbeat_s, self.lease_ttl_s = timeout_s, heartbeat_s, lease_ttl_s
         self.inject_latency_s = inject_latency_s
-        self.redis = aioredis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        # one retry on a fresh connection: pooled connections die with a restarted server
+        # (a retried script that had run answers "dup": its op id is applied once)
+        self.redis = aioredis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                                       retry=Retry(NoBackoff(), 1), retry_on_error=[RedisConnectionError])
         self.store = RedisStore(self.redis, fleet)
         self.local = LocalStore(share=1.0)
         self.healthy = True
@@ -178,9 +184,9 @@ class FleetClient:
         return replace(hb, gateway=self.gateway_id, ttl_s=LIVE_FACTOR * self.heartbeat_s,
                        lease_ttl_s=self.lease_ttl_s, leases=leases)
 
-    async def beat(self) -> None:
+    async def beat(self, reassert: bool = False) -> None:
         """One heartbeat; while degraded, a probe that replays the journal and switches back."""
-        hb = self._heartbeat()
+        hb = replace(self._heartbeat(), reassert=reassert)
         try:
             view = await self._call(self.store.heartbeat(hb))
         except redis_errors() as err:
@@ -194,9 +200,11 @@ class FleetClient:
         self._absorb(DispatchAnswer(ok=True, tags=view.tags, vtime=view.vtime))
         if not self.healthy:
             self.local.share = 1.0 / max(1, live)
-            await self._replay()
+            if await self._replay():
+                await self.beat(reassert=True)
 
-    async def _replay(self) -> None:
+    async def _replay(self) -> bool:
+        """Replay the journal onto Redis in order; True once it is empty (healthy again)."""
         while self.journal:
             op = self.journal[0]
             try:
@@ -206,12 +214,13 @@ class FleetClient:
                     ans = await self._call(self.store.complete(op))
             except redis_errors() as err:
                 self.last_error = f"{type(err).__name__}: {err}"
-                return
+                return False
             self.journal.popleft()
             self.num_replayed += 1
             self._absorb(ans)
         self.healthy = True
         log.warning("fleet %s: Redis back; journal replayed (%d ops so far)", self.fleet, self.num_replayed)
+        return True
 
     async def _heartbeat_loop(self) -> None:
         while True:

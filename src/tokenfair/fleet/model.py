@@ -74,6 +74,7 @@ class Heartbeat:
     queue: dict[str, int]                           # tenant -> waiting requests here
     running: int                                    # requests in flight through this gateway
     leases: tuple[tuple[str, str, str], ...] = ()   # (lease id, backend, tenant) held here
+    reassert: bool = False                          # re-create missing leases (after a resync)
     now: float = 0.0
 
 

@@ -72,7 +72,7 @@ class RedisStore:
         queue = [x for t, n in sorted(hb.queue.items()) if n > 0 for x in (t, str(int(n)))]
         leases = [x for lease in hb.leases for x in lease]
         args = [self.prefix, hb.gateway, _f(hb.ttl_s), _f(hb.lease_ttl_s), hb.contract, str(int(hb.running)),
-                _f(hb.now), str(len(queue) // 2), *queue, *leases]
+                _f(hb.now), "1" if hb.reassert else "0", str(len(queue) // 2), *queue, *leases]
         reply = await self._heartbeat(keys=[], args=args)
         num_backends = int(reply[3])
         inflight = {_s(reply[4 + 2 * i]): int(reply[5 + 2 * i]) for i in range(num_backends)}

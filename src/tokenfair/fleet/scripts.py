@@ -158,24 +158,29 @@ redis.call('PUBLISH', P .. ':wake', backend .. '|' .. redis.call('ZCARD', lb))
 return with_tags({'ok', '', fmt(V), redis.call('ZCARD', lb), '0'})
 """
 
-# ARGV: P gw ttl lease_ttl contract running now nq (tenant count)*nq (lease backend tenant)*
+# ARGV: P gw ttl lease_ttl contract running now reassert nq (tenant count)*nq (lease backend tenant)*
+# Leases are renewed only where they exist (ZADD XX: a lease completed while this heartbeat
+# was on its way is not brought back), except with reassert = 1 (after a resync: leases
+# that expired while Redis was away are held again).
 HEARTBEAT = COMMON + r"""
 local gw, ttl, lttl = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local contract, running = ARGV[5], ARGV[6]
 local now = now_s(ARGV[7])
-local nq = tonumber(ARGV[8])
+local mode = 'XX'
+if ARGV[8] == '1' then mode = 'GT' end
+local nq = tonumber(ARGV[9])
 redis.call('ZADD', P .. ':gw', now, gw)
 redis.call('ZREMRANGEBYSCORE', P .. ':gw', '-inf', now - 600)
 local qk = P .. ':q:' .. gw
 redis.call('DEL', qk)
-for i = 0, nq - 1 do redis.call('HSET', qk, ARGV[9 + 2 * i], ARGV[10 + 2 * i]) end
+for i = 0, nq - 1 do redis.call('HSET', qk, ARGV[10 + 2 * i], ARGV[11 + 2 * i]) end
 if nq > 0 then redis.call('PEXPIRE', qk, math.floor(ttl * 1000)) end
 redis.call('HSET', P .. ':gwinfo', gw, contract .. '|' .. running .. '|' .. fmt(now))
 redis.call('SETNX', P .. ':contract', contract)
-local i = 9 + 2 * nq
+local i = 10 + 2 * nq
 while i + 2 <= #ARGV do
-  redis.call('ZADD', P .. ':lb:' .. ARGV[i + 1], now + lttl, ARGV[i])
-  redis.call('ZADD', P .. ':lt:' .. ARGV[i + 2], now + lttl, ARGV[i])
+  redis.call('ZADD', P .. ':lb:' .. ARGV[i + 1], mode, now + lttl, ARGV[i])
+  redis.call('ZADD', P .. ':lt:' .. ARGV[i + 2], mode, now + lttl, ARGV[i])
   redis.call('SADD', P .. ':backends', ARGV[i + 1])
   i = i + 3
 end
