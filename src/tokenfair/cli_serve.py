@@ -122,7 +122,8 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
 
 
 def load(workload: str = typer.Argument(..., help="built-in scenario or trace path"),
-         url: str = typer.Option(..., help="server base URL, e.g. http://127.0.0.1:8000"),
+         url: List[str] = typer.Option(..., help="server base URL, e.g. http://127.0.0.1:8000; repeat to "
+                                            "spread each tenant's requests over several (a fleet)"),
          keys: Path = typer.Option(..., help="YAML/JSON mapping tenant -> API key ('*' for the rest)"),
          out: Path = typer.Option(..., help="output folder"),
          max_requests: Optional[int] = typer.Option(None, help="replay only the first N requests"),
@@ -143,14 +144,15 @@ def load(workload: str = typer.Argument(..., help="built-in scenario or trace pa
         wl = prepare_workload(wl, max_requests, 1.0)
         key_map = load_keys(keys)
         check_keys(wl.rows, key_map)
-        base_url(url)
+        for u in url:
+            base_url(u)
         if endpoint not in ("completions", "chat"):
             raise ValueError(f"--endpoint must be 'completions' or 'chat', got {endpoint!r}")
         if time_scale <= 0 or max_connections <= 0 or timeout <= 0:
             raise ValueError("time_scale, timeout and max_connections must be > 0")
     except USER_ERRORS as err:
         fail(_message(err))
-    cfg = LoadConfig(url=url, keys=key_map, endpoint=endpoint, model=model, time_scale=time_scale, seed=seed,
+    cfg = LoadConfig(url=url[0], more_urls=tuple(url[1:]), keys=key_map, endpoint=endpoint, model=model, time_scale=time_scale, seed=seed,
                      timeout_s=timeout, max_connections=max_connections)
     _, summary, _ = run_load(wl.rows, cfg, c, out, wl.name)
     typer.echo(summary_table(summary))
