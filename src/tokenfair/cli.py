@@ -156,9 +156,10 @@ def _register_optional() -> None:
     app.command("calibrate")(calibrate)
     app.command("fidelity")(fidelity)
     bench_app.command("engine")(bench_engine)
-    from .cli_fleet import fake_backend, fleet_app
+    from .cli_fleet import bench_fleet, fake_backend, fleet_app
     app.add_typer(fleet_app, name="fleet")
     app.command("fake-backend")(fake_backend)
+    bench_app.command("fleet")(bench_fleet)
 
 
 _register_optional()

@@ -56,3 +56,28 @@ def fake_backend(port: int = typer.Option(8001, help="TCP port"),
     typer.echo(f"fake backend {model} on http://{host}:{port}/v1 (profile {prof.name}, max_running {max_running})",
                err=True)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+
+
+def bench_fleet(out: str = typer.Option("reports/bench-fleet", help="folder for fleet_bench.json and the plot"),
+                gateways: str = typer.Option("1,2,3,4", help="numbers of gateways, comma-separated"),
+                latency_ms: str = typer.Option("0,1,5", help="injected Redis latencies (ms), comma-separated"),
+                duration: float = typer.Option(3.0, help="seconds of backlogged load per fairness run"),
+                rate: float = typer.Option(20.0, help="requests/s of the latency run"),
+                latency_duration: float = typer.Option(20.0, help="seconds of the latency run (0: skip it)")) -> None:
+    """Fleet fairness error vs gateways and Redis latency; the latency Redis adds (needs redis-server)."""
+    from pathlib import Path
+
+    from .fleet.bench import format_bench, run_bench
+    from .fleet.redis_server import redis_server_path
+    try:
+        ns = [int(x) for x in gateways.split(",") if x.strip()]
+        lat = [float(x) for x in latency_ms.split(",") if x.strip()]
+        if not ns or min(ns) < 1 or any(x < 0 for x in lat) or duration <= 0 or rate <= 0 or latency_duration < 0:
+            raise ValueError("--gateways >= 1, --latency-ms >= 0, --duration and --rate > 0, --latency-duration >= 0")
+    except ValueError as err:
+        fail(f"bench fleet: {err}")
+    if redis_server_path() is None:
+        fail("bench fleet needs redis-server: apt-get install redis-server (bash scripts/test-setup.sh)")
+    result = run_bench(Path(out), ns, lat, duration, rate, latency_duration)
+    typer.echo(format_bench(result))
+    typer.echo(f"wrote {out}/fleet_bench.json and {out}/fleet_fairness.png")
