@@ -63,7 +63,8 @@ def bench_fleet(out: str = typer.Option("reports/bench-fleet", help="folder for 
                 latency_ms: str = typer.Option("0,1,5", help="injected Redis latencies (ms), comma-separated"),
                 duration: float = typer.Option(3.0, help="seconds of backlogged load per fairness run"),
                 rate: float = typer.Option(20.0, help="requests/s of the latency run"),
-                latency_duration: float = typer.Option(20.0, help="seconds of the latency run (0: skip it)")) -> None:
+                latency_duration: float = typer.Option(20.0, help="seconds of the latency run (0: skip it)"),
+                repeats: int = typer.Option(3, help="fairness runs per point (the median is reported)")) -> None:
     """Fleet fairness error vs gateways and Redis latency; the latency Redis adds (needs redis-server)."""
     from pathlib import Path
 
@@ -72,12 +73,14 @@ def bench_fleet(out: str = typer.Option("reports/bench-fleet", help="folder for 
     try:
         ns = [int(x) for x in gateways.split(",") if x.strip()]
         lat = [float(x) for x in latency_ms.split(",") if x.strip()]
-        if not ns or min(ns) < 1 or any(x < 0 for x in lat) or duration <= 0 or rate <= 0 or latency_duration < 0:
-            raise ValueError("--gateways >= 1, --latency-ms >= 0, --duration and --rate > 0, --latency-duration >= 0")
+        if not ns or min(ns) < 1 or any(x < 0 for x in lat) or duration <= 0 or rate <= 0 or latency_duration < 0 \
+                or repeats < 1:
+            raise ValueError("--gateways >= 1, --latency-ms >= 0, --duration and --rate > 0, --latency-duration >= 0, "
+                             "--repeats >= 1")
     except ValueError as err:
         fail(f"bench fleet: {err}")
     if redis_server_path() is None:
         fail("bench fleet needs redis-server: apt-get install redis-server (bash scripts/test-setup.sh)")
-    result = run_bench(Path(out), ns, lat, duration, rate, latency_duration)
+    result = run_bench(Path(out), ns, lat, duration, rate, latency_duration, repeats)
     typer.echo(format_bench(result))
     typer.echo(f"wrote {out}/fleet_bench.json and {out}/fleet_fairness.png")

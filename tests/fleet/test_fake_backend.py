@@ -72,9 +72,11 @@ def test_continuous_batching_follows_the_profile():
 
 def test_cli_fake_backend_serves_and_rejects_bad_options(tmp_path):
     from tokenfair.fleet.redis_server import free_port
-    bad = subprocess.run([sys.executable, "-m", "tokenfair", "fake-backend", "--max-running", "0"],
-                         capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "--max-running" in bad.stderr
+    from typer.testing import CliRunner
+
+    from tokenfair.cli import app
+    bad = CliRunner().invoke(app, ["fake-backend", "--max-running", "0"])
+    assert bad.exit_code == 2 and "--max-running" in bad.output
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "tokenfair", "fake-backend", "--port", str(port),
                              "--time-scale", "0.01"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -96,10 +96,12 @@ class FleetClient:
             log.warning("fleet %s: Redis unreachable (%s); local state with 1/%d of every fleet limit",
                         self.fleet, self.last_error, max(1, self.view.live_gateways))
 
-    def _absorb(self, ans: DispatchAnswer) -> None:
+    def _absorb(self, ans: DispatchAnswer, backend: str | None = None) -> None:
         if ans.tags:
             self.view.tags = ans.tags
         self.view.vtime = max(self.view.vtime, ans.vtime)
+        if backend is not None:
+            self.view.backend_inflight[backend] = ans.backend_inflight
 
     async def dispatch(self, ask: DispatchAsk) -> DispatchAnswer:
         """Ask to release a request: Redis's answer, or the local store's while degraded."""
@@ -116,7 +118,7 @@ class FleetClient:
                     self.local.adopt(ask)
                 else:
                     self.refusals[ans.reason] = self.refusals.get(ans.reason, 0) + 1
-                self._absorb(ans)
+                self._absorb(ans, ask.backend)
                 return ans
         ans = await self.local.dispatch(ask)
         if ans.ok:
@@ -152,7 +154,7 @@ class FleetClient:
                 self._degrade(err)
             else:
                 self.local.release(ask.lease_id)
-                self._absorb(ans)
+                self._absorb(ans, ask.backend)
                 return
         await self.local.complete(done)
         self.journal.append(done)
@@ -263,6 +265,13 @@ class FleetClient:
         self.on_wake(backend, n)
 
     # ------------------------------------------------------------------ view
+    def backend_inflight(self) -> dict[str, int]:
+        """Requests in flight per backend as the deciding store sees them: the fleet's last
+        count while healthy, this gateway's own while degraded."""
+        if self.healthy:
+            return self.view.backend_inflight
+        return self.local.inflight_by_backend()
+
     def status(self) -> dict:
         return {"fleet": self.fleet, "gateway": self.gateway_id, "redis": "ok" if self.healthy else "degraded",
                 "live_gateways": self.view.live_gateways, "journal_ops": len(self.journal),

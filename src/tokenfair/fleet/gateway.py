@@ -71,11 +71,13 @@ class FleetGateway(Gateway):
         await self.fleet.stop()
         await super().stop()
 
+    def _contract_tag(self) -> str:
+        return f"{self.contract.version}@{self.contract.content_hash}"
+
     def _heartbeat(self) -> Heartbeat:
         queue = {n: t.num_waiting for n, t in self.policy.tenants.items() if t.num_waiting > 0}
-        return Heartbeat(gateway=self.fleet.gateway_id, ttl_s=0.0, lease_ttl_s=0.0,
-                         contract=f"{self.contract.version}@{self.contract.content_hash}", queue=queue,
-                         running=len(self.running))
+        return Heartbeat(gateway=self.fleet.gateway_id, ttl_s=0.0, lease_ttl_s=0.0, contract=self._contract_tag(),
+                         queue=queue, running=len(self.running))
 
     def _on_wake(self, backend: str, inflight: int) -> None:
         b = self.by_name.get(backend)
@@ -96,10 +98,9 @@ class FleetGateway(Gateway):
             if s is not None and s != t.vtime:
                 t.vtime = s
                 wfq.update(t)
-        for name, n in view.backend_inflight.items():
-            b = self.by_name.get(name)
-            if b is not None:
-                b.fleet_inflight = n
+        counts = self.fleet.backend_inflight()
+        for b in self.backends:
+            b.fleet_inflight = counts.get(b.name, 0)
 
     def _ask(self, req, b: FleetBackend) -> DispatchAsk:
         spec = self.contract.tenant(req.tenant)
@@ -115,29 +116,16 @@ class FleetGateway(Gateway):
                            lease_ttl_s=self.fleet.lease_ttl_s, credit=self.policy.wfq.credit, backlog=backlog)
 
     async def _round(self) -> None:
-        policy = self.policy
         now = self.now()
         self._round_start(now)
         self._sync_tags()
         blocked: set[str] = set()
-        max_running = self.contract.engine.max_running
         misses = 0
         retry_s = IDLE_POLL_S
-        while policy.num_waiting() and len(self.running) < max_running and misses <= len(self.backends):
-            if self._free_backend(0) is None:
-                break
-            cand = policy.pick(now, blocked)
-            if cand is None:
-                break
-            tokens = cand.prompt_tokens + cand.predicted_remaining
-            b = self._free_backend(tokens)
-            if b is None:
-                break
-            if not policy.can_admit(cand, now, len(self.running)):
-                if policy.hol_blocking:
-                    break
-                blocked.add(cand.tenant)
+        while misses <= len(self.backends) and (nxt := self._next_release(now, blocked)) is not None:
+            if not nxt:
                 continue
+            cand, b, tokens = nxt
             ask = self._ask(cand, b)
             ans = await self.fleet.dispatch(ask)
             now = self.now()
@@ -174,6 +162,9 @@ class FleetGateway(Gateway):
     def health(self) -> tuple[bool, dict]:
         ok, info = super().health()
         st = self.fleet.status()
+        own = self._contract_tag()
+        st["contract_here"] = own
+        st["contract_matches"] = st["contract"] in (None, own)
         info["fleet"] = st
         if ok and st["redis"] != "ok":
             info["status"] = "degraded"

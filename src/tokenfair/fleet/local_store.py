@@ -147,6 +147,12 @@ class LocalStore:
         st.applied.add(done.op_id)
         return self._answer(True, "", done.backend, now)
 
+    def inflight_by_backend(self) -> dict[str, int]:
+        per: dict[str, int] = {}
+        for v in self.state.leases.values():
+            per[v.backend] = per.get(v.backend, 0) + 1
+        return per
+
     async def heartbeat(self, hb: Heartbeat) -> FleetView:
         now = self.clock(hb.now)
         for lease_id, backend, tenant in hb.leases:
@@ -154,8 +160,5 @@ class LocalStore:
             if lease is not None:
                 lease.expires_s = max(lease.expires_s, now + hb.lease_ttl_s)
         self._count(now)
-        per: dict[str, int] = {}
-        for v in self.state.leases.values():
-            per[v.backend] = per.get(v.backend, 0) + 1
         return FleetView(live_gateways=1, tags=dict(self.state.tags), vtime=self.state.vtime,
-                         backend_inflight=per, contract=hb.contract)
+                         backend_inflight=self.inflight_by_backend(), contract=hb.contract)

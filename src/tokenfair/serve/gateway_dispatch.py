@@ -74,24 +74,32 @@ class Dispatcher:
         now = self.now()
         self._round_start(now)
         blocked: set[str] = set()
-        max_running = self.contract.engine.max_running
-        while policy.num_waiting() and len(self.running) < max_running:
-            if self._free_backend(0) is None:
-                break
-            cand = policy.pick(now, blocked)
-            if cand is None:
-                break
-            tokens = cand.prompt_tokens + cand.predicted_remaining
-            b = self._free_backend(tokens)
-            if b is None:
-                break
-            if not policy.can_admit(cand, now, len(self.running)):
-                if policy.hol_blocking:
-                    break
-                blocked.add(cand.tenant)
-                continue
-            self._release(cand, b, tokens, now)
+        while (nxt := self._next_release(now, blocked)) is not None:
+            if nxt:
+                self._release(*nxt, now)
         self._set_sleep(now)
+
+    def _next_release(self, now: float, blocked: set[str]):
+        """(request, backend, tokens) to release next; () when the policy cannot admit the
+        picked tenant now (it is added to ``blocked``: ask again); None: the round is over."""
+        policy = self.policy
+        if not policy.num_waiting() or len(self.running) >= self.contract.engine.max_running:
+            return None
+        if self._free_backend(0) is None:
+            return None
+        cand = policy.pick(now, blocked)
+        if cand is None:
+            return None
+        tokens = cand.prompt_tokens + cand.predicted_remaining
+        b = self._free_backend(tokens)
+        if b is None:
+            return None
+        if not policy.can_admit(cand, now, len(self.running)):
+            if policy.hol_blocking:
+                return None
+            blocked.add(cand.tenant)
+            return ()
+        return cand, b, tokens
 
     def _set_sleep(self, now: float) -> None:
         policy = self.policy
