@@ -24,8 +24,7 @@ def register(app: typer.Typer, contract_app: typer.Typer) -> None:
     contract_app.command("show")(contract_show)
     contract_app.command("diff")(contract_diff)
     contract_app.command("rollback")(contract_rollback)
-    from .cli_live import contract_live, contract_live_rollback, contract_push, fake_backend
-    app.command("fake-backend")(fake_backend)
+    from .cli_live import contract_live, contract_live_rollback, contract_push
     contract_app.command("push")(contract_push)
     contract_app.command("live")(contract_live)
     contract_app.command("live-rollback")(contract_live_rollback)

@@ -97,16 +97,3 @@ def contract_live_rollback(url: str = typer.Option(..., help="service base URL")
     """Roll a running service back to its previous contract at once."""
     with _client(url, admin_key) as client:
         _show(_call(client, "POST", "/admin/contract/rollback"))
-
-
-def fake_backend(port: int = typer.Option(9000, help="TCP port"),
-                 host: str = typer.Option("127.0.0.1", help="bind address"),
-                 concurrency: int = typer.Option(4, min=1, help="requests served at once (FIFO beyond)"),
-                 token_delay_s: float = typer.Option(0.02, min=0, help="seconds per output token"),
-                 ttft_s: float = typer.Option(0.02, min=0, help="seconds to the first token")) -> None:
-    """A deterministic fake OpenAI-compatible backend (try the gateway without a model)."""
-    import uvicorn
-
-    from .serve.fake_backend import create_fake_backend
-    typer.echo(f"fake backend on http://{host}:{port}/v1 ({concurrency} at once, {token_delay_s:g} s/token)", err=True)
-    uvicorn.run(create_fake_backend(concurrency, token_delay_s, ttft_s), host=host, port=port, log_level="warning")

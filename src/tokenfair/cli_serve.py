@@ -141,7 +141,13 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
             max_body_bytes: int = typer.Option(DEFAULT_MAX_BODY_BYTES, help="largest request body (413 beyond it)"),
             metrics_key_sha256: Optional[str] = typer.Option(None, help="digest of the key GET /metrics requires "
                                                              "('tokenfair keys hash KEY'; default: open)"),
-            log_level: str = typer.Option("info", help="uvicorn log level")) -> None:
+            log_level: str = typer.Option("info", help="uvicorn log level"),
+            redis: Optional[str] = typer.Option(None, help="Redis URL: share tenant state with the fleet's other gateways"),
+            fleet: str = typer.Option("default", help="fleet name (the Redis key prefix) with --redis"),
+            gateway_id: Optional[str] = typer.Option(None, help="this replica's id in the fleet (default host:port)"),
+            lease_ttl: float = typer.Option(5.0, help="with --redis: a dead replica's capacity returns after this (s)"),
+            heartbeat: float = typer.Option(0.25, help="with --redis: heartbeat interval (s)"),
+            redis_timeout: float = typer.Option(0.25, help="with --redis: a slower call counts as Redis down (s)")) -> None:
     """Fair-queueing gateway in front of OpenAI-compatible backends (adaptive windows)."""
     from .serve.app import create_app
     from .serve.gateway import Gateway, WindowConfig
@@ -159,9 +165,15 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
         health = HealthConfig.from_options(connect_timeout_s=connect_timeout_s, first_token_timeout_s=first_token_timeout_s,
                               inter_chunk_timeout_s=inter_chunk_timeout_s, probe_interval_s=probe_interval_s,
                               probe_timeout_s=probe_timeout_s, probe_failures_down=probe_failures_down)
-        gw = Gateway(c, ring, list(backend), policy=policy, backend_key=backend_key, window=win,
-                     max_context=max_context, records=make_record_sink(records, records_max_mb),
-                     max_tenant_labels=max_tenant_labels, health=health)
+        kw = dict(policy=policy, backend_key=backend_key, window=win, max_context=max_context,
+                  records=make_record_sink(records, records_max_mb), max_tenant_labels=max_tenant_labels,
+                  health=health)
+        if redis is None:
+            gw = Gateway(c, ring, list(backend), **kw)
+        else:
+            from .fleet.gateway import fleet_gateway
+            gw = fleet_gateway(c, ring, list(backend), redis, fleet, gateway_id or f"{host}:{port}",
+                               lease_ttl_s=lease_ttl, heartbeat_s=heartbeat, timeout_s=redis_timeout, **kw)
         gw.max_body_bytes = _positive("--max-body-bytes", max_body_bytes)
         gw.metrics_key_sha256 = _digest("--metrics-key-sha256", metrics_key_sha256)
         _live(gw, contract, admin_key_sha256, thresholds)
@@ -173,7 +185,8 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
 
 
 def load(workload: str = typer.Argument(..., help="built-in scenario or trace path"),
-         url: str = typer.Option(..., help="server base URL, e.g. http://127.0.0.1:8000"),
+         url: List[str] = typer.Option(..., help="server base URL, e.g. http://127.0.0.1:8000; repeat to "
+                                            "spread each tenant's requests over several (a fleet)"),
          keys: Path = typer.Option(..., help="YAML/JSON mapping tenant -> API key ('*' for the rest)"),
          out: Path = typer.Option(..., help="output folder"),
          max_requests: Optional[int] = typer.Option(None, help="replay only the first N requests"),
@@ -194,14 +207,15 @@ def load(workload: str = typer.Argument(..., help="built-in scenario or trace pa
         wl = prepare_workload(wl, max_requests, 1.0)
         key_map = load_keys(keys)
         check_keys(wl.rows, key_map)
-        base_url(url)
+        for u in url:
+            base_url(u)
         if endpoint not in ("completions", "chat"):
             raise ValueError(f"--endpoint must be 'completions' or 'chat', got {endpoint!r}")
         if time_scale <= 0 or max_connections <= 0 or timeout <= 0:
             raise ValueError("time_scale, timeout and max_connections must be > 0")
     except USER_ERRORS as err:
         fail(_message(err))
-    cfg = LoadConfig(url=url, keys=key_map, endpoint=endpoint, model=model, time_scale=time_scale, seed=seed,
+    cfg = LoadConfig(url=url[0], more_urls=tuple(url[1:]), keys=key_map, endpoint=endpoint, model=model, time_scale=time_scale, seed=seed,
                      timeout_s=timeout, max_connections=max_connections)
     _, summary, _ = run_load(wl.rows, cfg, c, out, wl.name)
     typer.echo(summary_table(summary))

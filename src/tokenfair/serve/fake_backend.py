@@ -1,10 +1,16 @@
-"""A deterministic fake OpenAI-compatible backend (tests and the gateway overhead benchmark).
+"""A fake OpenAI-compatible backend (tests, the gateway and fleet benchmarks, rehearsals
+without GPUs: ``tokenfair fake-backend``).
 
-It serves requests strictly FIFO with at most ``concurrency`` at once (an asyncio
-semaphore: waiters are woken in arrival order), then emits ``max_tokens`` tokens: the
-first after ``ttft_s``, each next after ``token_delay_s``.  Prompt tokens are counted as
-whitespace-separated words.  Streaming (with ``usage`` when asked) and non-streaming
-``/v1/completions`` and ``/v1/chat/completions``, ``GET /v1/models``.  No auth: any key works.
+Two timings.  Fixed (no ``profile``): requests are served strictly FIFO with at most
+``concurrency`` at once (an asyncio semaphore: waiters are woken in arrival order), each
+emitting ``max_tokens`` tokens, the first after ``ttft_s``, each next after
+``token_delay_s``.  Profile: continuous batching with at most ``max_running`` requests whose
+steps take a simulator profile's step time (``fake_engine.BatchEngine``).
+Prompt tokens are counted as whitespace-separated words (token-id prompts exactly).
+Streaming (with ``usage`` when asked) and non-streaming ``/v1/completions`` and
+``/v1/chat/completions``, ``GET /v1/models``, ``GET /metrics`` (vLLM's gauge names:
+``vllm:num_requests_running`` / ``_waiting``, ``vllm:gpu_cache_usage_perc``, token
+counters).  No auth: any key works.
 """
 
 from __future__ import annotations
@@ -15,14 +21,20 @@ import time
 import uuid
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+from ..costmodel import Profile
+from .fake_engine import DONE, BatchEngine, vllm_metrics_text
 
 
 def create_fake_backend(concurrency: int = 2, token_delay_s: float = 0.005, ttft_s: float = 0.0,
-                        model: str = "fake-model") -> FastAPI:
+                        model: str = "fake-model", profile: Profile | None = None, max_running: int = 16,
+                        time_scale: float = 1.0) -> FastAPI:
     app = FastAPI()
-    state = {"active": 0, "max_active": 0, "served": 0, "order": []}
+    state = {"active": 0, "max_active": 0, "served": 0, "order": [], "queued": 0}
     app.state.stats = state
+    engine = BatchEngine(profile, max_running, time_scale) if profile is not None else None
+    app.state.engine = engine
     sem: asyncio.Semaphore | None = None
 
     def get_sem() -> asyncio.Semaphore:
@@ -30,6 +42,15 @@ def create_fake_backend(concurrency: int = 2, token_delay_s: float = 0.005, ttft
         if sem is None:
             sem = asyncio.Semaphore(concurrency)
         return sem
+
+    @app.get("/metrics")
+    async def metrics():
+        if engine is not None:
+            stats = engine.stats()
+        else:
+            stats = {"num_requests_running": float(state["active"]),
+                     "num_requests_waiting": float(state["queued"])}
+        return PlainTextResponse(vllm_metrics_text(stats, model))
 
     @app.get("/v1/models")
     async def models():
@@ -42,6 +63,8 @@ def create_fake_backend(concurrency: int = 2, token_delay_s: float = 0.005, ttft
             text = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
         else:
             text = body.get("prompt", "")
+            if isinstance(text, list) and text and isinstance(text[0], list):
+                text = text[0]
             text = text if isinstance(text, str) else " ".join(map(str, text))
         prompt_tokens = max(1, len(text.split()))
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:12]
@@ -56,8 +79,30 @@ def create_fake_backend(concurrency: int = 2, token_delay_s: float = 0.005, ttft
                 choice = {"index": 0, "text": text or "", "finish_reason": finish}
             return {"id": rid, "object": obj, "created": int(time.time()), "model": model, "choices": [choice]}
 
+        async def batched():
+            seq = engine.submit(prompt_tokens, n)
+            state["active"] += 1
+            state["max_active"] = max(state["max_active"], state["active"])
+            state["order"].append(tag)
+            try:
+                while (i := await seq.out.get()) is not DONE:
+                    yield f" t{i}"
+            finally:
+                engine.cancel(seq)
+                state["active"] -= 1
+                state["served"] += 1
+
         async def tokens():
-            async with get_sem():
+            if engine is not None:
+                async for t in batched():
+                    yield t
+                return
+            state["queued"] += 1
+            try:
+                await get_sem().acquire()
+            finally:
+                state["queued"] -= 1
+            try:
                 state["active"] += 1
                 state["max_active"] = max(state["max_active"], state["active"])
                 state["order"].append(tag)
@@ -70,6 +115,8 @@ def create_fake_backend(concurrency: int = 2, token_delay_s: float = 0.005, ttft
                 finally:
                     state["active"] -= 1
                     state["served"] += 1
+            finally:
+                get_sem().release()
 
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
         if body.get("stream"):

@@ -27,7 +27,7 @@ class Dispatcher:
                 pass
             self.wake.clear()
             try:
-                self._dispatch_round()
+                await self._round()
             except Exception as err:  # noqa: BLE001 - a policy bug must not stop the gateway
                 import logging
                 logging.getLogger("tokenfair.gateway").exception("dispatch round failed: %s", err)
@@ -50,9 +50,13 @@ class Dispatcher:
                 best, best_key = b, key
         return best
 
-    def _dispatch_round(self) -> None:
+    async def _round(self) -> None:
+        """One dispatch round (a fleet gateway's round awaits its store: fleet/gateway.py)."""
+        self._dispatch_round()
+
+    def _round_start(self, now: float) -> None:
+        """Decay the shares, take the backends' time per token, expire hopeless requests."""
         policy = self.policy
-        now = self.now()
         elapsed = now - self._last_round_s
         if elapsed > 0:
             policy.on_step_end(now, elapsed)
@@ -64,38 +68,61 @@ class Dispatcher:
             job = self.jobs.get(req.request_id)
             if job is not None:
                 self._end(job, Status.EXPIRED, reason)
+
+    def _dispatch_round(self) -> None:
+        policy = self.policy
+        now = self.now()
+        self._round_start(now)
         blocked: set[str] = set()
-        max_running = self.contract.engine.max_running
-        while policy.num_waiting() and len(self.running) < max_running:
-            if self._free_backend(0) is None:
-                break
-            cand = policy.pick(now, blocked)
-            if cand is None:
-                break
-            tokens = cand.prompt_tokens + cand.predicted_remaining
-            b = self._free_backend(tokens)
-            if b is None:
-                break
-            if not policy.can_admit(cand, now, len(self.running)):
-                if policy.hol_blocking:
-                    break
-                blocked.add(cand.tenant)
-                continue
-            policy.take(cand)
-            cand.status = Status.RUNNING
-            if cand.scheduled_s is None:
-                cand.scheduled_s = now
-            policy.on_admit(cand, now)
-            job = self.jobs[cand.request_id]
-            job.backend = b
-            job.released_s = now
-            job.charge_tokens = tokens
-            b.inflight += 1
-            b.inflight_tokens += tokens
-            self.running.add(job)
-            job.task = asyncio.ensure_future(self._proxy(job, b))
-            job.task.add_done_callback(lambda t, job=job, b=b, n=tokens: self._proxy_done(job, b, n, t))
+        while (nxt := self._next_release(now, blocked)) is not None:
+            if nxt:
+                self._release(*nxt, now)
+        self._set_sleep(now)
+
+    def _next_release(self, now: float, blocked: set[str]):
+        """(request, backend, tokens) to release next; () when the policy cannot admit the
+        picked tenant now (it is added to ``blocked``: ask again); None: the round is over."""
+        policy = self.policy
+        if not policy.num_waiting() or len(self.running) >= self.contract.engine.max_running:
+            return None
+        if self._free_backend(0) is None:
+            return None
+        cand = policy.pick(now, blocked)
+        if cand is None:
+            return None
+        tokens = cand.prompt_tokens + cand.predicted_remaining
+        b = self._free_backend(tokens)
+        if b is None:
+            return None
+        if not policy.can_admit(cand, now, len(self.running)):
+            if policy.hol_blocking:
+                return None
+            blocked.add(cand.tenant)
+            return ()
+        return cand, b, tokens
+
+    def _set_sleep(self, now: float) -> None:
+        policy = self.policy
         wake = policy.next_wakeup(now)
         self._sleep = IDLE_POLL_S if policy.num_waiting() else 1.0
         if wake < math.inf:
             self._sleep = min(self._sleep, max(0.001, wake - now))
+
+    def _release(self, cand, b: Backend, tokens: int, now: float) -> asyncio.Task:
+        """Take ``cand`` from the queue, charge it, and start proxying it to ``b``."""
+        policy = self.policy
+        policy.take(cand)
+        cand.status = Status.RUNNING
+        if cand.scheduled_s is None:
+            cand.scheduled_s = now
+        policy.on_admit(cand, now)
+        job = self.jobs[cand.request_id]
+        job.backend = b
+        job.released_s = now
+        job.charge_tokens = tokens
+        b.inflight += 1
+        b.inflight_tokens += tokens
+        self.running.add(job)
+        job.task = asyncio.ensure_future(self._proxy(job, b))
+        job.task.add_done_callback(lambda t, job=job, b=b, n=tokens: self._proxy_done(job, b, n, t))
+        return job.task

@@ -83,9 +83,23 @@ def base_url(url: str) -> str:
     return u.removesuffix("/v1")
 
 
+def spread_over(urls: Sequence[str], rows: Sequence[TraceRow]) -> dict[str, str]:
+    """request id -> base URL: tenant t's n-th request goes to ``urls[(n + k_t) % len(urls)]``,
+    k_t the tenant's rank by name, so each tenant's requests are spread evenly over every URL
+    (a fleet of gateways behind no load balancer) and the tenants start on different ones."""
+    rank = {t: i for i, t in enumerate(sorted({r.tenant for r in rows}))}
+    seen: dict[str, int] = {}
+    out = {}
+    for r in rows:
+        n = seen.get(r.tenant, 0)
+        seen[r.tenant] = n + 1
+        out[r.request_id] = urls[(n + rank[r.tenant]) % len(urls)]
+    return out
+
+
 @dataclass
 class LoadConfig:
-    url: str
+    url: str                              # the first server; more_urls: the others (a fleet)
     keys: dict[str, str]
     endpoint: str = "completions"         # or "chat"
     model: str | None = None
@@ -94,6 +108,7 @@ class LoadConfig:
     timeout_s: float = 600.0
     max_connections: int = 1024
     ignore_eos: bool = True
+    more_urls: tuple[str, ...] = ()
 
 
 @dataclass
@@ -155,6 +170,7 @@ async def _discover_model(client: httpx.AsyncClient, url: str, key: str) -> str 
 
 async def replay(rows: Sequence[TraceRow], cfg: LoadConfig, contract: Contract) -> LoadResult:
     url = base_url(cfg.url)
+    url_of = spread_over([url, *(base_url(u) for u in cfg.more_urls)], rows)
     check_keys(rows, cfg.keys)
     chat = cfg.endpoint == "chat"
     path = "/v1/chat/completions" if chat else "/v1/completions"
@@ -197,7 +213,7 @@ async def replay(rows: Sequence[TraceRow], cfg: LoadConfig, contract: Contract) 
             http, code, message = 0, None, ""
             stream_error = None
             try:
-                async with client.stream("POST", url + path, json=body, headers=headers) as resp:
+                async with client.stream("POST", url_of[row.request_id] + path, json=body, headers=headers) as resp:
                     http = resp.status_code
                     if http != 200:
                         raw = await resp.aread()
@@ -262,7 +278,7 @@ async def replay(rows: Sequence[TraceRow], cfg: LoadConfig, contract: Contract) 
                 "ttft_slo_s": spec.ttft_slo_s if spec else None, "tpot_slo_s": spec.tpot_slo_s if spec else None,
                 "mode": "load", "endpoint": "chat" if chat else "completion", "http_status": http,
                 "trace_prompt_tokens": row.prompt_tokens, "trace_output_tokens": row.output_tokens,
-                "send_lag_s": max(0.0, sent - due),
+                "send_lag_s": max(0.0, sent - due), "url": url_of[row.request_id],
             }
 
         records = await asyncio.gather(*(one(r) for r in rows))
@@ -319,6 +335,7 @@ def run_load(rows: Sequence[TraceRow], cfg: LoadConfig, contract: Contract, out:
     lags = [r["send_lag_s"] for r in res.records]
     summary.update({
         "mode": "load", "policy": "remote", "profile": "remote", "url": base_url(cfg.url),
+        "urls": [base_url(u) for u in (cfg.url, *cfg.more_urls)],
         "endpoint": cfg.endpoint, "model": res.model, "workload": workload_name, **contract.identity(),
         "time_scale": cfg.time_scale, "seed": cfg.seed, "wall_s": res.wall_s,
         "client_send_lag_s": {"p50": float(np.percentile(lags, 50)) if lags else None,

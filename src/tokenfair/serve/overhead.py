@@ -37,7 +37,7 @@ def _pcts(xs):
             "p99_ms": round(float(np.percentile(a, 99)), 2), "n": len(xs)}
 
 
-def _wait_port(port: int, timeout_s: float = 30.0) -> None:
+def wait_port(port: int, timeout_s: float = 30.0) -> None:
     import httpx
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
@@ -142,8 +142,8 @@ def main(argv=None) -> int:
                           "--port", str(gw_port), "--log-level", "warning", "--grace-s", "1"], env=env),
     ]
     try:
-        _wait_port(be_port)
-        _wait_port(gw_port)
+        wait_port(be_port)
+        wait_port(gw_port)
         res = asyncio.run(_client(args, f"http://127.0.0.1:{gw_port}", f"http://127.0.0.1:{be_port}", key))
     finally:
         for p in procs:

@@ -1,0 +1,241 @@
+"""``tokenfair bench fleet``: fleet fairness error against the number of gateways and the
+injected Redis latency, and the latency a Redis round trip adds to a gateway.
+
+Fairness.  Per number of gateways N and injected latency (a sleep before every Redis call,
+on top of loopback's round trip), a fleet of N gateways in front of two fake FIFO backends
+(``rehearsal.py``) serves three backlogged tenants of weights 1, 2, 3 with a *skewed*
+spread: tenant ``a`` reaches only the first gateway, ``b`` and ``c`` every gateway
+round-robin (closed loop, 8 clients each).  The error is the largest gap, over tenants,
+between its share of the cost served while all are backlogged and its entitled share
+w_i / sum w; the same load through N independent gateways (no shared state) is the
+baseline.  Requests refused (non-200) are counted next to each figure.
+
+Latency.  Separate processes: a fake backend, a plain gateway and a ``--redis`` gateway in
+front of it, and a Poisson client (this process) sending each request to one of the two
+gateways at random; the P50 / P99 of TTFT and end-to-end latency per path, and their
+difference (the Redis gateway's added latency: a dispatch script and a completion script
+per request, besides the heartbeats).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from ..contract import Contract, parse_contract
+from ..serve.auth import KeyRing, hash_key
+from ..serve.overhead import wait_port
+from .redis_server import RedisServer, free_port
+from .rehearsal import FleetSpec, closed_loop, shares, start_fleet
+
+WEIGHTS = {"a": 1.0, "b": 2.0, "c": 3.0}
+KEYS = {t: f"bench-key-{t}" for t in WEIGHTS}
+CLIENTS_PER_TENANT = 8
+
+
+def bench_contract() -> Contract:
+    tenants = {t: {"weight": w, "api_key_sha256": [hash_key(KEYS[t])]} for t, w in WEIGHTS.items()}
+    return parse_contract({"version": "bench-fleet", "tenants": tenants, "admission": {"shed_over_max_wait": False}})
+
+
+def fairness_run(num_gateways: int, redis_url: str | None, latency_s: float, duration_s: float, fleet: str) -> dict:
+    c = bench_contract()
+    spec = FleetSpec(num_gateways=num_gateways, redis_url=redis_url, fleet=fleet, inject_latency_s=latency_s,
+                     timeout_s=max(1.0, 20 * latency_s))
+    wp, wd = c.costs.prefill_token, c.costs.decode_token
+
+    async def load(urls: list[str]):
+        return await asyncio.gather(
+            closed_loop(urls[:1], KEYS, {"a": CLIENTS_PER_TENANT}, duration_s, wp=wp, wd=wd),
+            closed_loop(urls, KEYS, {"b": CLIENTS_PER_TENANT, "c": CLIENTS_PER_TENANT}, duration_s, wp=wp, wd=wd))
+
+    with ExitStack() as stack:
+        fl = start_fleet(spec, c, KeyRing(c), stack)
+        first, rest = asyncio.run(load(fl.urls))
+    served = {**first.served, **rest.served}
+    counts = {**first.counts, **rest.counts}
+    got = shares(served)
+    total_w = sum(WEIGHTS.values())
+    error = max(abs(got[t] - WEIGHTS[t] / total_w) for t in WEIGHTS)
+    num_ok = sum(n for v in counts.values() for k, n in v.items() if k == "200")
+    refused = sum(n for v in counts.values() for k, n in v.items() if k != "200")
+    return {"gateways": num_gateways, "shared": redis_url is not None, "latency_ms": latency_s * 1000,
+            "error": error, "shares": got, "requests_per_s": num_ok / max(first.wall_s, rest.wall_s),
+            "refused": refused}
+
+
+def median_run(repeats: int, *args) -> dict:
+    """The run with the median error of ``repeats`` runs, with every run's error and rate."""
+    runs = sorted((fairness_run(*args[:-1], f"{args[-1]}-{i}") for i in range(repeats)), key=lambda r: r["error"])
+    mid = dict(runs[len(runs) // 2])
+    mid["errors"] = [r["error"] for r in runs]
+    mid["rates"] = sorted(r["requests_per_s"] for r in runs)
+    mid["requests_per_s"] = mid["rates"][len(runs) // 2]
+    mid["refused"] = sum(r["refused"] for r in runs)
+    return mid
+
+
+def fairness_table(gateways: list[int], latencies_ms: list[float], duration_s: float, workdir: Path,
+                   repeats: int = 1) -> list[dict]:
+    rows = []
+    srv = RedisServer(workdir / "redis", persist=False).start()
+    try:
+        for n in gateways:
+            rows.append(median_run(repeats, n, None, 0.0, duration_s, "none"))
+            for ms in latencies_ms:
+                rows.append(median_run(repeats, n, srv.url, ms / 1000.0, duration_s, f"bench-{n}-{ms:g}"))
+    finally:
+        srv.stop()
+    return rows
+
+
+def plot_fairness(rows: list[dict], path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(6, 3.6))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    series: dict[str, list[tuple[int, float]]] = {}
+    for r in rows:
+        label = f"fleet, Redis +{r['latency_ms']:g} ms" if r["shared"] else "independent gateways"
+        series.setdefault(label, []).append((r["gateways"], 100 * r["error"]))
+    for label, pts in series.items():
+        xs, ys = zip(*sorted(pts))
+        ax.plot(xs, ys, marker="o", linestyle="--" if label.startswith("indep") else "-", label=label)
+    ax.set_xlabel("gateways")
+    ax.set_ylabel("fairness error (max |share - entitled|, %)")
+    ax.set_xticks(sorted({r["gateways"] for r in rows}))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _pcts(xs: list[float]) -> dict:
+    import numpy as np
+    a = np.asarray(xs) * 1000.0
+    return {"p50_ms": round(float(np.percentile(a, 50)), 2), "p99_ms": round(float(np.percentile(a, 99)), 2),
+            "n": len(xs)}
+
+
+def latency_run(rate: float, duration_s: float, workdir: Path, seed: int = 0) -> dict:
+    """Plain vs ``--redis`` gateway in front of one fake backend, separate processes."""
+    key = "bench-key"
+    cpath = workdir / "latency-contract.json"
+    cpath.write_text(json.dumps({"tenants": {"bench": {"api_key_sha256": [hash_key(key)], "max_queued": 100000}},
+                                 "admission": {"shed_over_max_wait": False}}))
+    srv = RedisServer(workdir / "redis-latency", persist=False).start()
+    be, plain, fleet = free_port(), free_port(), free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    gw = [sys.executable, "-m", "tokenfair", "gateway", "--backend", f"http://127.0.0.1:{be}", "--contract",
+          str(cpath), "--log-level", "warning", "--grace-s", "1", "--initial-window", "64"]
+    procs = [subprocess.Popen([sys.executable, "-m", "tokenfair.serve.overhead", "--role", "backend", "--port",
+                               str(be), "--ttft", "0.02", "--token-delay", "0.01"], env=env),
+             subprocess.Popen(gw + ["--port", str(plain)], env=env),
+             subprocess.Popen(gw + ["--port", str(fleet), "--redis", srv.url, "--fleet", "latency"], env=env)]
+    try:
+        for port in (be, plain, fleet):
+            wait_port(port)
+        res = asyncio.run(_poisson(rate, duration_s, {"plain": f"http://127.0.0.1:{plain}",
+                                                      "redis": f"http://127.0.0.1:{fleet}"}, key, seed))
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        srv.stop()
+    out: dict = {"rate": rate, "duration_s": duration_s, "errors": res["errors"]}
+    for path in ("plain", "redis"):
+        out[path] = {"ttft": _pcts([x[0] for x in res[path]]), "e2e": _pcts([x[1] for x in res[path]])}
+    out["added_ms"] = {f"{m}_{p}": round(out["redis"][m][f"{p}_ms"] - out["plain"][m][f"{p}_ms"], 2)
+                       for m in ("ttft", "e2e") for p in ("p50", "p99")}
+    return out
+
+
+async def _poisson(rate: float, duration_s: float, urls: dict[str, str], key: str, seed: int,
+                   warmup_s: float = 2.0) -> dict:
+    import httpx
+    rng = random.Random(seed)
+    res: dict = {p: [] for p in urls}
+    res["errors"] = {p: 0 for p in urls}
+    async with httpx.AsyncClient(timeout=60.0, limits=httpx.Limits(max_connections=1024)) as client:
+        t0 = time.perf_counter()
+
+        async def one(at: float, path: str) -> None:
+            await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
+            start, ttft = time.perf_counter(), None
+            try:
+                async with client.stream("POST", urls[path] + "/v1/completions",
+                                         headers={"authorization": f"Bearer {key}"},
+                                         json={"prompt": "a b c d e f g h", "max_tokens": 16, "stream": True}) as r:
+                    if r.status_code != 200:
+                        res["errors"][path] += 1
+                        await r.aread()
+                        return
+                    async for line in r.aiter_lines():
+                        if ttft is None and line.startswith("data: ") and '" t0"' in line:
+                            ttft = time.perf_counter() - start
+            except httpx.HTTPError:
+                res["errors"][path] += 1
+                return
+            if at >= warmup_s and ttft is not None:
+                res[path].append((ttft, time.perf_counter() - start))
+
+        tasks, t = [], 0.0
+        paths = sorted(urls)
+        while True:
+            t += rng.expovariate(rate)
+            if t > duration_s:
+                break
+            tasks.append(one(t, rng.choice(paths)))
+        await asyncio.gather(*tasks)
+    return res
+
+
+def run_bench(out: Path, gateways: list[int], latencies_ms: list[float], duration_s: float, rate: float,
+              latency_duration_s: float, repeats: int = 1) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tf-bench-fleet-") as tmp:
+        work = Path(tmp)
+        rows = fairness_table(gateways, latencies_ms, duration_s, work, repeats)
+        latency = latency_run(rate, latency_duration_s, work) if latency_duration_s > 0 else None
+    plot_fairness(rows, out / "fleet_fairness.png")
+    result = {"fairness": rows, "latency": latency, "cpus": os.cpu_count(),
+              "config": {"duration_s": duration_s, "clients_per_tenant": CLIENTS_PER_TENANT, "weights": WEIGHTS,
+                         "repeats": repeats}}
+    (out / "fleet_bench.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def format_bench(result: dict) -> str:
+    lines = ["| gateways | state | Redis latency | fairness error (median; all runs) | shares a / b / c | "
+             "requests/s | refused |", "|---|---|---|---|---|---|---|"]
+    for r in result["fairness"]:
+        s = r["shares"]
+        every = ", ".join(f"{100 * e:.1f}" for e in r.get("errors", [r["error"]]))
+        lines.append(f"| {r['gateways']} | {'fleet (Redis)' if r['shared'] else 'independent'} | "
+                     f"{'+' + format(r['latency_ms'], 'g') + ' ms' if r['shared'] else '-'} | "
+                     f"**{100 * r['error']:.1f}%** ({every}) | "
+                     f"{s['a']:.3f} / {s['b']:.3f} / {s['c']:.3f} | {r['requests_per_s']:.0f} | {r['refused']} |")
+    lat = result.get("latency")
+    if lat:
+        lines += ["", "| path | TTFT p50 / p99 (ms) | end-to-end p50 / p99 (ms) | errors |", "|---|---|---|---|"]
+        for p in ("plain", "redis"):
+            v = lat[p]
+            lines.append(f"| {p} gateway | {v['ttft']['p50_ms']} / {v['ttft']['p99_ms']} | "
+                         f"{v['e2e']['p50_ms']} / {v['e2e']['p99_ms']} | {lat['errors'][p]} |")
+        a = lat["added_ms"]
+        lines.append(f"| **added by Redis** | **{a['ttft_p50']:+.2f} / {a['ttft_p99']:+.2f}** | "
+                     f"**{a['e2e_p50']:+.2f} / {a['e2e_p99']:+.2f}** | |")
+    return "\n".join(lines)
