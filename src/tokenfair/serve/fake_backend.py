@@ -19,9 +19,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 
 def create_fake_backend(concurrency: int = 2, token_delay_s: float = 0.005, ttft_s: float = 0.0,
-                        model: str = "fake-model") -> FastAPI:
+                        model: str = "fake-model", vllm_metrics: bool = False) -> FastAPI:
+    """``vllm_metrics``: also serve ``GET /metrics`` with vLLM's saturation gauges (requests
+    waiting for the semaphore, requests holding it, KV usage = holding / concurrency)."""
     app = FastAPI()
-    state = {"active": 0, "max_active": 0, "served": 0, "order": []}
+    state = {"active": 0, "max_active": 0, "served": 0, "order": [], "bodies": [], "pending": 0}
     app.state.stats = state
     sem: asyncio.Semaphore | None = None
 
@@ -35,8 +37,20 @@ def create_fake_backend(concurrency: int = 2, token_delay_s: float = 0.005, ttft
     async def models():
         return {"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "fake"}]}
 
+    if vllm_metrics:
+        from fastapi.responses import PlainTextResponse
+
+        @app.get("/metrics")
+        async def metrics():
+            waiting = state["pending"] - state["active"]
+            return PlainTextResponse(
+                f'vllm:num_requests_waiting{{model_name="{model}"}} {float(waiting)}\n'
+                f'vllm:num_requests_running{{model_name="{model}"}} {float(state["active"])}\n'
+                f'vllm:kv_cache_usage_perc{{model_name="{model}"}} {state["active"] / (concurrency + 1)}\n')
+
     async def handle(request: Request, chat: bool):
         body = await request.json()
+        state["bodies"].append(body)
         n = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         if chat:
             text = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
@@ -57,6 +71,14 @@ def create_fake_backend(concurrency: int = 2, token_delay_s: float = 0.005, ttft
             return {"id": rid, "object": obj, "created": int(time.time()), "model": model, "choices": [choice]}
 
         async def tokens():
+            state["pending"] += 1
+            try:
+                async for t in _served():
+                    yield t
+            finally:
+                state["pending"] -= 1
+
+        async def _served():
             async with get_sem():
                 state["active"] += 1
                 state["max_active"] = max(state["max_active"], state["active"])

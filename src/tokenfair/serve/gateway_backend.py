@@ -14,6 +14,7 @@ import json
 import httpx
 
 from ..request import Request, Status
+from .backend_identity import tag_body
 from .gateway_window import Backend
 from .jobs import Delta, Done, Failed, GenRequest, Job
 
@@ -60,7 +61,9 @@ class BackendClient:
         body["stream_options"] = {"include_usage": True}
         if not body.get("model") and b.models:
             body["model"] = b.models[0]
-        return body
+        req = job.req
+        return tag_body(body, req.tenant, req.klass, req.priority,
+                        backend_priority=self.backend_priority)
 
     def _requeue_or_fail(self, job: GatewayJob, b: Backend, reason: str, status: int) -> None:
         req = job.req
