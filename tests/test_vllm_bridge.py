@@ -137,6 +137,11 @@ def test_concurrency_quota_holds_requests_back_without_losing_them():
         assert len(running) <= 1
         run_step(b, running, clock)
     assert seen == 3 and b.counts["finished"] == 3
+    b.arrive(vreq("c3", "capped"))
+    b.arrive(vreq("c4", "capped"))
+    assert admit_next(b, running, set()) is not None
+    held = b.policy.pick(clock.t, set())
+    assert held is not None and not b.within_hard_limits(held, clock.t)   # a hard limit: never overridden
 
 
 def test_victim_ranks_follow_the_policy():

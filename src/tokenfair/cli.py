@@ -156,6 +156,8 @@ def _register_optional() -> None:
     app.command("calibrate")(calibrate)
     app.command("fidelity")(fidelity)
     bench_app.command("engine")(bench_engine)
+    from .cli_vllm import bench_vllm
+    bench_app.command("vllm")(bench_vllm)
 
 
 _register_optional()

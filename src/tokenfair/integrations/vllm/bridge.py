@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 
@@ -42,6 +43,7 @@ log = logging.getLogger("tokenfair.vllm")
 TENANT_ARG, CLASS_ARG = "tenant", "class"
 DEFAULT_TENANT = "default"
 MAX_PRIORITY_RANK = 1 << 30     # ranks stay far from any priority a client could send
+DEBUG = bool(os.environ.get("TOKENFAIR_VLLM_DEBUG"))      # log every step's decisions
 
 
 def identity(vreq) -> tuple[str, str | None]:
@@ -69,7 +71,8 @@ class PolicyBridge:
         self.step_started_s = clock()
         self.last_step_s = self.step_started_s
         self.step_stats: tuple[int, int, list[Request]] = (0, 0, [])
-        self.counts = {"arrived": 0, "rejected": 0, "expired": 0, "finished": 0, "held_back": 0, "preempted": 0}
+        self.counts = {"arrived": 0, "rejected": 0, "expired": 0, "finished": 0, "held_back": 0, "work_conserving": 0,
+                       "preempted": 0}
 
     # -- arrival ----------------------------------------------------------------------
     def arrive(self, vreq) -> Request | None:
@@ -110,6 +113,26 @@ class PolicyBridge:
             self.counts["held_back"] += 1
         return ok
 
+    def within_hard_limits(self, req: Request, now: float) -> bool:
+        """The contract's hard per-tenant limits only (not the soft headroom reservations):
+        max_concurrency, the KV quota, the token-rate bucket, and KV for the prompt."""
+        pool = self.pool
+        tenant_of = getattr(self.policy, "tenant", None)     # the fair policy's tenant state
+        if tenant_of is None:
+            return pool.blocks_for(req.num_uncomputed) <= pool.num_free
+        t = tenant_of(req.tenant, now)
+        spec = t.spec
+        if spec.max_concurrency is not None and len(t.running) >= spec.max_concurrency:
+            return False
+        quota = spec.kv_quota_blocks or (pool.blocks_for(spec.kv_quota_tokens) if spec.kv_quota_tokens else None)
+        if quota is not None and t.running and t.kv_blocks() + pool.blocks_for(req.num_tokens + req.predicted_remaining) > quota:
+            return False
+        if spec.rate_limit is not None:
+            self.policy.admission.refill(t, now)
+            if t.bucket < 0:
+                return False
+        return pool.blocks_for(req.num_uncomputed) <= pool.num_free
+
     def admitted(self, req: Request, now: float) -> None:
         req.status = Status.RUNNING
         if req.scheduled_s is None:
@@ -148,8 +171,16 @@ class PolicyBridge:
         pool.held.update(held)
         self._rank_victims(running, now)
         budget = self.policy.prefill_budget(self.step_stats, now)
+        if not any(r.tpot_slo_s for r in self.policy_running(running)):
+            budget = self.contract.engine.prefill_token_budget    # no stream to protect: unshaped
         self._order_prefills(running, now)
+        if DEBUG:
+            log.warning("tokenfair step: running %d, waiting %d, free blocks %d, prefill budget %d, held %d",
+                        len(running), self.policy.num_waiting(), num_free_blocks, budget, self.counts["held_back"])
         return budget
+
+    def policy_running(self, running: list) -> list[Request]:
+        return [r for r in (self.by_id.get(v.request_id) for v in running) if r is not None]
 
     def _rank_victims(self, running: list, now: float) -> None:
         """vLLM (priority mode) evicts the running request with the largest ``priority``:

@@ -43,12 +43,30 @@ class PolicyQueue(RequestQueue):
             while True:
                 req = policy.pick(now, self.blocked)
                 if req is None:
-                    return None
+                    break
                 if bridge.eligible(req, self.num_running(), now):
                     self._next = req
-                    break
+                    return req
                 self.blocked.add(req.tenant)
+            if self.blocked:
+                self._next = self._work_conserving()
         return self._next
+
+    def _work_conserving(self) -> Request | None:
+        """Every waiting tenant is held back: the policy's first candidate within its hard
+        limits (concurrency, KV quota, token rate, free KV) starts anyway.  The headroom a
+        held-back tenant leaves free protects tenants *with requests waiting*; when none is
+        waiting, a free slot would only idle (vLLM admits nothing else this step)."""
+        policy, bridge, now = self.bridge.policy, self.bridge, self.now
+        tried: set[str] = set()
+        while True:
+            req = policy.pick(now, tried)
+            if req is None:
+                return None
+            if bridge.within_hard_limits(req, now):
+                bridge.counts["work_conserving"] += 1
+                return req
+            tried.add(req.tenant)
 
     def expire(self, req: Request, reason: str) -> None:
         """The policy expired ``req`` (deadline infeasible): it ends with an error next."""
