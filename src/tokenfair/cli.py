@@ -178,6 +178,8 @@ def _register_optional() -> None:
     app.add_typer(fleet_app, name="fleet")
     app.command("fake-backend")(fake_backend)
     bench_app.command("fleet")(bench_fleet)
+    from .cli_vllm import bench_vllm
+    bench_app.command("vllm")(bench_vllm)
 
 
 _register_optional()

@@ -123,6 +123,10 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
             max_window: float = typer.Option(256.0, help="largest per-backend window"),
             min_window: float = typer.Option(1.0, help="smallest per-backend window"),
             ttft_tolerance: float = typer.Option(2.0, help="TTFT over tolerance x baseline (+slack) shrinks the window"),
+            window_mode: str = typer.Option("saturation", "--window", help="'saturation' (the backend's /metrics "
+                                            "queue and KV usage; TTFT when it has none) or 'latency' (TTFT only)"),
+            backend_priority: bool = typer.Option(False, help="send vLLM `priority` from the class (backends run "
+                                                  "--scheduling-policy priority or the tokenfair scheduler)"),
             max_inflight_tokens: Optional[int] = typer.Option(None, help="cap on predicted tokens in flight per backend"),
             max_context: Optional[int] = typer.Option(None, help="backends' context length (413 beyond it)"),
             records: Optional[Path] = typer.Option(None, help="append one JSON line per ended request here"),
@@ -153,6 +157,7 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
     from .serve.gateway import Gateway, WindowConfig
     from .serve.gateway_health import HealthConfig
     from .serve.records_sink import make_record_sink
+    from .serve.saturation import SaturationConfig
     try:
         c = resolve_contract(contract, None)
         ring = _keyring(c, allow_anonymous)
@@ -177,6 +182,12 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
         gw.max_body_bytes = _positive("--max-body-bytes", max_body_bytes)
         gw.metrics_key_sha256 = _digest("--metrics-key-sha256", metrics_key_sha256)
         _live(gw, contract, admin_key_sha256, thresholds)
+        if window_mode not in ("saturation", "latency"):
+            raise ValueError(f"--window: expected 'saturation' or 'latency', got {window_mode!r}")
+        sat = SaturationConfig() if window_mode == "saturation" else None
+        gw = Gateway(c, ring, list(backend), policy=policy, backend_key=backend_key, window=win,
+                     max_context=max_context, records=RecordSink(records), max_tenant_labels=max_tenant_labels,
+                     backend_priority=backend_priority, saturation=sat)
     except (*USER_ERRORS, OSError) as err:
         fail(_message(err))
     typer.echo(f"gateway on http://{host}:{port}/v1 -> {', '.join(b.url for b in gw.backends)} (policy {policy})",

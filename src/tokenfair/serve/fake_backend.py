@@ -9,8 +9,9 @@ steps take a simulator profile's step time (``fake_engine.BatchEngine``).
 Prompt tokens are counted as whitespace-separated words (token-id prompts exactly).
 Streaming (with ``usage`` when asked) and non-streaming ``/v1/completions`` and
 ``/v1/chat/completions``, ``GET /v1/models``, ``GET /metrics`` (vLLM's gauge names:
-``vllm:num_requests_running`` / ``_waiting``, ``vllm:gpu_cache_usage_perc``, token
-counters).  No auth: any key works.
+``vllm:num_requests_running`` / ``_waiting``, ``vllm:kv_cache_usage_perc``, token
+counters).  No auth: any key works.  ``app.state.stats['bodies']`` keeps every request body
+as received (tests check what a gateway sent).
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from .fake_engine import DONE, BatchEngine, vllm_metrics_text
 
 def create_fake_backend(concurrency: int = 2, token_delay_s: float = 0.005, ttft_s: float = 0.0,
                         model: str = "fake-model", profile: Profile | None = None, max_running: int = 16,
-                        time_scale: float = 1.0) -> FastAPI:
+                        time_scale: float = 1.0, vllm_metrics: bool = True) -> FastAPI:
+    """``vllm_metrics``: serve ``GET /metrics`` with vLLM's gauge names (on by default)."""
     app = FastAPI()
-    state = {"active": 0, "max_active": 0, "served": 0, "order": [], "queued": 0}
+    state = {"active": 0, "max_active": 0, "served": 0, "order": [], "queued": 0, "bodies": []}
     app.state.stats = state
     engine = BatchEngine(profile, max_running, time_scale) if profile is not None else None
     app.state.engine = engine
@@ -43,14 +45,17 @@ def create_fake_backend(concurrency: int = 2, token_delay_s: float = 0.005, ttft
             sem = asyncio.Semaphore(concurrency)
         return sem
 
-    @app.get("/metrics")
     async def metrics():
         if engine is not None:
             stats = engine.stats()
-        else:
+        else:                       # KV use: the share of the concurrency slots held
             stats = {"num_requests_running": float(state["active"]),
-                     "num_requests_waiting": float(state["queued"])}
+                     "num_requests_waiting": float(state["queued"]),
+                     "kv_cache_usage_perc": state["active"] / (concurrency + 1)}
         return PlainTextResponse(vllm_metrics_text(stats, model))
+
+    if vllm_metrics:
+        app.get("/metrics")(metrics)
 
     @app.get("/v1/models")
     async def models():
@@ -58,6 +63,7 @@ def create_fake_backend(concurrency: int = 2, token_delay_s: float = 0.005, ttft
 
     async def handle(request: Request, chat: bool):
         body = await request.json()
+        state["bodies"].append(body)
         n = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         if chat:
             text = " ".join(str(m.get("content", "")) for m in body.get("messages", []))

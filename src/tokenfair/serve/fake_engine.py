@@ -96,14 +96,14 @@ class BatchEngine:
     def stats(self) -> dict[str, float]:
         kv = sum(s.prompt_tokens + s.produced for s in self.running)
         return {"num_requests_running": float(len(self.running)), "num_requests_waiting": float(len(self.waiting)),
-                "gpu_cache_usage_perc": min(1.0, kv / self.profile.kv_capacity_tokens),
+                "kv_cache_usage_perc": min(1.0, kv / self.profile.kv_capacity_tokens),
                 "prompt_tokens_total": float(self.prompt_tokens_total),
                 "generation_tokens_total": float(self.generation_tokens_total)}
 
 
 def vllm_metrics_text(stats: dict[str, float], model: str) -> str:
     """The vLLM gauge / counter names (``vllm:...``) in Prometheus text format."""
-    kinds = {"num_requests_running": "gauge", "num_requests_waiting": "gauge", "gpu_cache_usage_perc": "gauge",
+    kinds = {"num_requests_running": "gauge", "num_requests_waiting": "gauge", "kv_cache_usage_perc": "gauge",
              "prompt_tokens_total": "counter", "generation_tokens_total": "counter"}
     lines = []
     for name, kind in kinds.items():

@@ -69,6 +69,7 @@ from .gateway_errors import scrub
 from .gateway_health import BackendHealth, HealthConfig, ProbeState
 from .jobs import Failed
 from .gateway_window import AdaptiveWindow, Backend, WindowConfig, normalize_backend_url
+from .saturation import SaturationConfig, make_window, poll_saturation
 
 # Split into gateway_window (AIMD window, backend state), gateway_backend (proxy, probes)
 # and gateway_dispatch (dispatch loop); the public names stay importable from here.
@@ -100,12 +101,14 @@ class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
                  max_context: int | None = None, records: RecordSink | None = None,
                  max_tenant_labels: int = 20, request_timeout_s: float = 600.0,
                  health: HealthConfig | None = None, max_retries: int = 2, chars_per_token: float = 4.0,
-                 max_tokens_default: int = DEFAULT_MAX_TOKENS) -> None:
+                 max_tokens_default: int = DEFAULT_MAX_TOKENS, backend_priority: bool = False,
+                 saturation: SaturationConfig | None = SaturationConfig()) -> None:
         super().__init__(contract, keyring, records=records, max_tenant_labels=max_tenant_labels)
         if not backends:
             raise ValueError("gateway: give at least one --backend URL")
         self.window_cfg = window or WindowConfig()
-        self.backends = [Backend(normalize_backend_url(u), AdaptiveWindow(self.window_cfg)) for u in backends]
+        self.backends = [Backend(normalize_backend_url(u), make_window(self.window_cfg, saturation))
+                         for u in backends]
         for b in self.backends:
             b.name = b.url.split("://", 1)[1].removesuffix("/v1")
         self.policy = make_policy(policy)
@@ -117,6 +120,7 @@ class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
         self.predictor = OnlinePredictor()
         self.policy.bind(contract, self.profile, self.pool, self.predictor)
         self.backend_key = backend_key
+        self.backend_priority = backend_priority    # send vLLM `priority` (backend_identity.py)
         self.max_context = max_context
         self.request_timeout_s = request_timeout_s
         self.health_cfg = health or HealthConfig()
@@ -143,6 +147,9 @@ class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
         await self._first_probes()
         self._last_round_s = self.now()
         self._tasks = [asyncio.ensure_future(self._dispatch_loop()), asyncio.ensure_future(self._probe_loop())]
+        key = {"authorization": f"Bearer {self.backend_key}"} if self.backend_key else {}
+        self._tasks.append(asyncio.ensure_future(poll_saturation(
+            self.backends, self.client, self.now, lambda: self._stopped, self.wake.set, key)))
 
     def model_names(self) -> list[str]:
         names: list[str] = []

@@ -17,6 +17,7 @@ import httpx
 from ..request import Request, Status
 from .gateway_errors import BackendError, parse_backend_error
 from .gateway_health import timed_lines
+from .backend_identity import tag_body
 from .gateway_window import Backend
 from .jobs import Delta, Done, Failed, GenRequest, Job
 
@@ -64,7 +65,9 @@ class BackendClient:
         body["stream_options"] = {"include_usage": True}
         if not body.get("model") and b.models:
             body["model"] = b.models[0]
-        return body
+        req = job.req
+        return tag_body(body, req.tenant, req.klass, req.priority,
+                        backend_priority=self.backend_priority)
 
     def _requeue_or_fail(self, job: GatewayJob, b: Backend, reason: str, status: int) -> None:
         req = job.req

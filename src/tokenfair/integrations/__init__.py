@@ -1,0 +1,1 @@
+"""Adapters that run tokenfair's policy core inside other serving engines (``vllm``)."""

@@ -1,0 +1,131 @@
+"""``tokenfair bench vllm``: real vLLM with and behind tokenfair, side by side in one run.
+
+1. *gateway vs direct*: ``streams`` closed-loop streams (each sends its next request when
+   the previous one ends) to stock vLLM directly and through the gateway (saturation
+   window), alternated ``repeats`` times; then the heavy-burst + light-tenant workload
+   directly and through the gateway: per tenant TTFT.
+2. *plugin vs stock*: the heavy-burst + light-tenant workload (two heavy tenants weighted
+   2:1, tests/vllm/contract.yaml) on vLLM with the tokenfair scheduler and on stock vLLM,
+   alternated ``repeats`` times: throughput, per-tenant TTFT, the heavy tenants' shares
+   while both were backlogged.
+
+Medians over the repeats; every failure is counted next to the throughput.  Servers listen
+on 127.0.0.1 only; every loop is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from pathlib import Path
+
+from .burst import Result, TenantLoad, percentile, run_burst, summarize
+
+HEAVY = ("heavy_a", "heavy_b")
+
+
+def burst_workload(scale: int = 1) -> list[TenantLoad]:
+    return [TenantLoad("heavy_a", 12 * scale, 5, 32), TenantLoad("heavy_b", 12 * scale, 5, 32),
+            TenantLoad("light", 3 * scale, 1, 8, start_s=4.0, spacing_s=1.0, klass="interactive")]
+
+
+async def _stream_loop(url: str, stream: int, per_stream: int, keys: dict[str, str] | None) -> list[Result]:
+    from .burst import run_burst_async
+    out: list[Result] = []
+    for i in range(per_stream):
+        load = TenantLoad("heavy_a", 1, 5, 64, klass=None)
+        res = await run_burst_async(url, [load], keys=keys)
+        for r in res:
+            r.index = stream * per_stream + i
+        out.extend(res)
+    return out
+
+
+def closed_loop(url: str, streams: int, per_stream: int, keys: dict[str, str] | None = None) -> dict:
+    """Throughput of ``streams`` concurrent closed-loop streams (``per_stream`` requests each)."""
+    async def run() -> tuple[list[Result], float]:
+        t0 = time.monotonic()
+        parts = await asyncio.gather(*(_stream_loop(url, s, per_stream, keys) for s in range(streams)))
+        return [r for p in parts for r in p], time.monotonic() - t0
+    results, wall = asyncio.run(run())
+    ok = [r for r in results if r.status == "finished"]
+    tokens = sum(r.output_tokens for r in ok)
+    ttft = [r.first_token_s - r.sent_s for r in ok if r.first_token_s is not None]
+    return {"requests": len(results), "failed": len(results) - len(ok), "output_tokens": tokens,
+            "wall_s": wall, "throughput_tok_s": tokens / wall if wall > 0 else 0.0,
+            "ttft_p50_s": percentile(ttft, 50), "ttft_p99_s": percentile(ttft, 99)}
+
+
+def _median_of(rows: list[dict], path: tuple[str, ...]) -> float:
+    vals = []
+    for r in rows:
+        v = r
+        for k in path:
+            v = v[k]
+        vals.append(float(v))
+    return statistics.median(vals)
+
+
+def bench_vllm(model_dir: str, logs: Path, repeats: int = 3, streams: int = 16, per_stream: int = 3) -> dict:
+    from ..serve.shutdown import free_port
+    from .vllm_process import VllmServer
+    import yaml  # noqa: F401  (the gateway contract)
+
+    contract = str(Path(__file__).resolve().parents[3] / "tests" / "vllm" / "contract.yaml")
+    logs.mkdir(parents=True, exist_ok=True)
+    stock = VllmServer(model_dir, free_port(), logs / "stock.log")
+    stock6 = VllmServer(model_dir, free_port(), logs / "stock6.log", max_num_seqs=6)
+    plugin6 = VllmServer(model_dir, free_port(), logs / "plugin6.log", contract=contract,
+                         records=str(logs / "plugin-records.jsonl"), max_num_seqs=6)
+    servers = [stock.start(), stock6.start(), plugin6.start()]
+    out: dict = {"repeats": repeats, "streams": streams, "per_stream": per_stream}
+    try:
+        for s in servers:
+            s.wait_ready()
+        out["gateway_vs_direct"] = _gateway_vs_direct(stock, contract, repeats, streams, per_stream)
+        out["plugin_vs_stock"] = _plugin_vs_stock(plugin6, stock6, repeats)
+    finally:
+        for s in servers:
+            s.stop()
+    return out
+
+
+def _gateway_vs_direct(stock, contract: str, repeats: int, streams: int, per_stream: int) -> dict:
+    from .gateway_harness import gateway_for
+    keys = {"heavy_a": "key-heavy-a", "heavy_b": "key-heavy-b", "light": "key-light"}
+    rows: dict[str, list[dict]] = {"direct": [], "gateway": []}
+    bursts: dict[str, list[dict]] = {"direct": [], "gateway": []}
+    with gateway_for(stock.url, contract, keys) as gw_url:
+        for _ in range(repeats):
+            rows["direct"].append(closed_loop(stock.url, streams, per_stream))
+            rows["gateway"].append(closed_loop(gw_url, streams, per_stream, keys))
+        for _ in range(repeats):
+            bursts["direct"].append(summarize(run_burst(stock.url, burst_workload(2)), HEAVY))
+            bursts["gateway"].append(summarize(run_burst(gw_url, burst_workload(2), keys=keys), HEAVY))
+    res: dict = {}
+    for name in rows:
+        res[name] = {"throughput_tok_s": _median_of(rows[name], ("throughput_tok_s",)),
+                     "failed": sum(r["failed"] for r in rows[name]),
+                     "burst_light_ttft_p99_s": _median_of(bursts[name], ("tenants", "light", "ttft_p99_s")),
+                     "burst_heavy_a_ttft_p99_s": _median_of(bursts[name], ("tenants", "heavy_a", "ttft_p99_s")),
+                     "burst_throughput_tok_s": _median_of(bursts[name], ("throughput_tok_s",)),
+                     "burst_failed": sum(r["failed"] for r in bursts[name]),
+                     "runs_tok_s": [round(r["throughput_tok_s"], 1) for r in rows[name]]}
+    return res
+
+
+def _plugin_vs_stock(plugin, stock, repeats: int) -> dict:
+    runs: dict[str, list[dict]] = {"stock": [], "plugin": []}
+    for _ in range(repeats):
+        runs["stock"].append(summarize(run_burst(stock.url, burst_workload(2)), HEAVY))
+        runs["plugin"].append(summarize(run_burst(plugin.url, burst_workload(2)), HEAVY))
+    res: dict = {}
+    for name, rows in runs.items():
+        per = {t: {"ttft_p50_s": _median_of(rows, ("tenants", t, "ttft_p50_s")),
+                   "ttft_p99_s": _median_of(rows, ("tenants", t, "ttft_p99_s"))} for t in ("heavy_a", "heavy_b", "light")}
+        res[name] = {"throughput_tok_s": _median_of(rows, ("throughput_tok_s",)),
+                     "failed": sum(r["failed"] for r in rows),
+                     "share_heavy_a": _median_of(rows, ("shares", "heavy_a")), "tenants": per,
+                     "runs_tok_s": [round(r["throughput_tok_s"], 1) for r in rows]}
+    return res

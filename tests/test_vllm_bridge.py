@@ -1,0 +1,189 @@
+"""The vLLM plugin's policy side (``integrations/vllm/bridge.py``, no vLLM needed): vLLM-like
+request objects driven through the bridge by a tiny stand-in for vLLM's admission loop."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from tokenfair.contract import parse_contract
+from tokenfair.integrations.vllm.bridge import PolicyBridge, identity
+from tokenfair.integrations.vllm.compat import VllmInterfaceError, check_vllm_version
+from tokenfair.integrations.vllm.settings import (VLLM_CPU_SMOLLM2, Settings, SettingsError, engine_budgets,
+                                                  load_settings)
+
+CONTRACT = {
+    "version": "bridge-test",
+    "tenants": {"a": {"weight": 2.0}, "b": {"weight": 1.0}, "capped": {"max_concurrency": 1}},
+    "classes": {"batch": {"priority": 0}, "interactive": {"priority": 20}},
+    "default_class": "batch",
+    "admission": {"shed_over_max_wait": False},
+}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def vreq(rid: str, tenant: str | None, prompt: int = 32, max_tokens: int = 8, klass: str | None = None):
+    extra = {k: v for k, v in (("tenant", tenant), ("class", klass)) if v is not None}
+    r = SimpleNamespace(request_id=rid, num_prompt_tokens=prompt, num_computed_tokens=0, num_output_tokens=0,
+                        max_tokens=max_tokens, sampling_params=SimpleNamespace(extra_args=extra), priority=0,
+                        num_preemptions=0, status="WAITING", done=False)
+    r.is_finished = lambda: r.done
+    return r
+
+
+def bridge(contract=CONTRACT, clock=None) -> PolicyBridge:
+    c = engine_budgets(parse_contract(contract), max_running=6, token_budget=256, chunk_cap=0)
+    prof = VLLM_CPU_SMOLLM2.model_copy(update={"kv_capacity_tokens": 4096})
+    return PolicyBridge(Settings(c, prof, "fair", "<test>"), clock=clock or Clock())
+
+
+def admit_next(b: PolicyBridge, running: list, blocked: set) -> object | None:
+    """What vLLM's admission loop does with PolicyQueue: the eligible head, popped."""
+    now = b.clock()
+    while True:
+        req = b.policy.pick(now, blocked)
+        if req is None:
+            return None
+        if b.eligible(req, len(running), now):
+            b.policy.take(req)
+            b.admitted(req, now)
+            running.append(req.payload)
+            return req.payload
+        blocked.add(req.tenant)
+
+
+def run_step(b: PolicyBridge, running: list, clock: Clock, served: dict | None = None) -> None:
+    """Every running request computes its prompt in one step, then one token per step
+    (``served``: cost per tenant added, prefill 1 and decode 2 per token)."""
+    b.before_step(running, b.pool.num_blocks - sum(-(-v.num_computed_tokens // 16) for v in running))
+    scheduled = {}
+    for v in running:
+        if v.num_computed_tokens < v.num_prompt_tokens:
+            scheduled[v.request_id] = v.num_prompt_tokens - v.num_computed_tokens
+            v.num_computed_tokens = v.num_prompt_tokens
+        else:
+            scheduled[v.request_id] = 1
+            v.num_computed_tokens += 1
+        v.num_output_tokens += 1
+        v.done = v.num_output_tokens >= v.max_tokens
+        if served is not None:
+            t = v.sampling_params.extra_args["tenant"]
+            served[t] = served.get(t, 0) + (scheduled[v.request_id] if scheduled[v.request_id] > 1 else 2)
+    clock.t += 0.05
+    b.after_step(scheduled)
+    running[:] = [v for v in running if not v.done]
+
+
+def test_identity_from_vllm_xargs():
+    assert identity(vreq("1", "acme", klass="batch")) == ("acme", "batch")
+    assert identity(vreq("2", None)) == ("default", None)
+    assert identity(SimpleNamespace(sampling_params=SimpleNamespace(extra_args=None))) == ("default", None)
+
+
+def test_weighted_service_while_both_backlogged_and_charges_settle():
+    clock = Clock()
+    b = bridge(clock=clock)
+    reqs = []
+    for i in range(24):
+        reqs.append(b.arrive(vreq(f"a{i}", "a")))
+        reqs.append(b.arrive(vreq(f"b{i}", "b")))
+    running: list = []
+    served: dict = {}
+    tenants = b.policy.tenants
+    while all(tenants[t].num_waiting for t in ("a", "b")):      # both backlogged
+        blocked: set = set()
+        while len(running) < 6 and admit_next(b, running, blocked) is not None:
+            pass
+        run_step(b, running, clock, served)
+    # a (weight 2) got two thirds of the service while both were backlogged
+    share = served["a"] / (served["a"] + served["b"])
+    assert abs(share - 2 / 3) <= 0.05 * 2 / 3, served
+    while running or b.policy.num_waiting():
+        blocked = set()
+        while len(running) < 6 and admit_next(b, running, blocked) is not None:
+            pass
+        run_step(b, running, clock)
+    assert not b.by_id and b.counts["finished"] == 48
+    # predicted cost charged at admission, corrected to the actual cost, the rest refunded
+    assert all(r.status.value == "finished" and r.num_output == 8 for r in reqs)
+    assert all(r.charged == pytest.approx(r.used_cost) == 32 + 2 * 8 for r in reqs)
+    for name in ("a", "b"):
+        t = b.policy.tenants[name]
+        assert not t.running and t.num_waiting == 0
+
+
+def test_concurrency_quota_holds_requests_back_without_losing_them():
+    clock = Clock()
+    b = bridge(clock=clock)
+    for i in range(3):
+        b.arrive(vreq(f"c{i}", "capped"))
+    running: list = []
+    assert admit_next(b, running, set()) is not None
+    blocked: set = set()
+    assert admit_next(b, running, blocked) is None and blocked == {"capped"}   # held back, still queued
+    assert b.policy.num_waiting() == 2 and b.counts["held_back"] >= 1
+    seen = 1
+    while running or b.policy.num_waiting():
+        while admit_next(b, running, set()) is not None:
+            seen += 1
+        assert len(running) <= 1
+        run_step(b, running, clock)
+    assert seen == 3 and b.counts["finished"] == 3
+    b.arrive(vreq("c3", "capped"))
+    b.arrive(vreq("c4", "capped"))
+    assert admit_next(b, running, set()) is not None
+    held = b.policy.pick(clock.t, set())
+    assert held is not None and not b.within_hard_limits(held, clock.t)   # a hard limit: never overridden
+
+
+def test_victim_ranks_follow_the_policy():
+    clock = Clock()
+    b = bridge(clock=clock)
+    for i in range(2):
+        b.arrive(vreq(f"a{i}", "a", klass="interactive"))
+        b.arrive(vreq(f"b{i}", "b"))
+    running: list = []
+    while admit_next(b, running, set()) is not None:
+        pass
+    run_step(b, running, clock)
+    clock.t += 5.0                                      # past the preemption cool-down
+    b.before_step(running, 100)
+    victim = max(running, key=lambda v: (v.priority, 0))       # vLLM's priority-mode rule
+    reqs = [b.by_id[v.request_id] for v in running]
+    expected = b.policy.preemption.choose(reqs, clock.t, b.policy.overshare)
+    assert victim.request_id == expected.request_id and victim.request_id.startswith("b")
+    assert len({v.priority for v in running}) == len(running)
+
+
+def test_rejected_class_and_bad_settings(tmp_path, monkeypatch):
+    b = bridge(contract={**CONTRACT, "tenants": {**CONTRACT["tenants"], "a": {"classes": ["batch"]}}})
+    assert b.arrive(vreq("x", "a", klass="interactive")) is None
+    assert "class_not_allowed" in b.rejected["x"] and not b.by_id
+    monkeypatch.delenv("TOKENFAIR_CONTRACT", raising=False)
+    kw = dict(max_running=8, token_budget=512, chunk_cap=0, num_blocks=64, block_size=16)
+    with pytest.raises(SettingsError, match="tokenfair_contract"):
+        load_settings({}, **kw)
+    with pytest.raises(SettingsError, match="nope.yaml"):
+        load_settings({"tokenfair_contract": str(tmp_path / "nope.yaml")}, **kw)
+    path = tmp_path / "c.yaml"
+    path.write_text("version: v1\nengine: {chunk_size: 256}\n")
+    monkeypatch.setenv("TOKENFAIR_CONTRACT", str(path))
+    s = load_settings({}, **kw)
+    assert (s.contract.engine.max_running, s.contract.engine.prefill_token_budget, s.contract.engine.chunk_size) == (8, 512, 256)
+    assert s.profile.num_blocks == 64 and s.policy == "fair"
+
+
+def test_version_check_names_the_versions(monkeypatch):
+    import sys
+    fake = SimpleNamespace(__version__="0.1.0")
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    with pytest.raises(VllmInterfaceError, match=r"built for vLLM 0\.32\.0; found vLLM 0\.1\.0"):
+        check_vllm_version()
