@@ -170,9 +170,12 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
         health = HealthConfig.from_options(connect_timeout_s=connect_timeout_s, first_token_timeout_s=first_token_timeout_s,
                               inter_chunk_timeout_s=inter_chunk_timeout_s, probe_interval_s=probe_interval_s,
                               probe_timeout_s=probe_timeout_s, probe_failures_down=probe_failures_down)
+        if window_mode not in ("saturation", "latency"):
+            raise ValueError(f"--window: expected 'saturation' or 'latency', got {window_mode!r}")
+        sat = SaturationConfig() if window_mode == "saturation" else None
         kw = dict(policy=policy, backend_key=backend_key, window=win, max_context=max_context,
                   records=make_record_sink(records, records_max_mb), max_tenant_labels=max_tenant_labels,
-                  health=health)
+                  health=health, backend_priority=backend_priority, saturation=sat)
         if redis is None:
             gw = Gateway(c, ring, list(backend), **kw)
         else:
@@ -182,12 +185,6 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
         gw.max_body_bytes = _positive("--max-body-bytes", max_body_bytes)
         gw.metrics_key_sha256 = _digest("--metrics-key-sha256", metrics_key_sha256)
         _live(gw, contract, admin_key_sha256, thresholds)
-        if window_mode not in ("saturation", "latency"):
-            raise ValueError(f"--window: expected 'saturation' or 'latency', got {window_mode!r}")
-        sat = SaturationConfig() if window_mode == "saturation" else None
-        gw = Gateway(c, ring, list(backend), policy=policy, backend_key=backend_key, window=win,
-                     max_context=max_context, records=RecordSink(records), max_tenant_labels=max_tenant_labels,
-                     backend_priority=backend_priority, saturation=sat)
     except (*USER_ERRORS, OSError) as err:
         fail(_message(err))
     typer.echo(f"gateway on http://{host}:{port}/v1 -> {', '.join(b.url for b in gw.backends)} (policy {policy})",
