@@ -156,6 +156,8 @@ def _register_optional() -> None:
     app.command("calibrate")(calibrate)
     app.command("fidelity")(fidelity)
     bench_app.command("engine")(bench_engine)
+    from .cli_shedding import bench_shedding_cmd
+    bench_app.command("shedding")(bench_shedding_cmd)
 
 
 _register_optional()
