@@ -322,3 +322,20 @@ def test_demo_covers_every_scenario(cli_app, tmp_path, monkeypatch):
     # the direct API returns {scenario: {policy: summary}}
     res2 = run_demo(tmp_path / "d2", 0, ["fifo"], scenarios=["one"], profile=PROFILE, progress=None)
     assert list(res2) == ["one"] and list(res2["one"]) == ["fifo"]
+
+
+def test_gate_on_in_time_goodput_gaps_overdue_and_same_horizon_throughput():
+    t = parse_thresholds({"default": {"min_throughput_ratio_vs_fifo": 0.9, "min_in_time_goodput_ratio_vs_fifo": 1.0,
+                                      "max_longest_service_gap_s": 30.0, "max_overdue_within_share": 0}})
+    base = fake_summary(tput=100.0) | {"goodput": {"in_time_tokens": 1000}, "finished_tokens": 5000}
+    # a policy that rejected work: higher tokens/s of its own makespan, fewer finished tokens
+    s = fake_summary(tput=130.0) | {"goodput": {"in_time_tokens": 900}, "finished_tokens": 4000,
+                                    "vs_fifo": {"ratio": 0.8}, "longest_service_gap_s": 31.0,
+                                    "overdue_within_share": 2}
+    checks = {c.name: c for c in evaluate(s, t, base)}
+    assert checks["throughput_ratio_vs_fifo"].value == 0.8 and not checks["throughput_ratio_vs_fifo"].passed
+    assert checks["in_time_goodput_ratio_vs_fifo"].value == 0.9 and not checks["in_time_goodput_ratio_vs_fifo"].passed
+    assert not checks["longest_service_gap_s"].passed and not checks["overdue_within_share"].passed
+    # without vs_fifo (a summary compare did not write) the finished tokens of the whole runs count
+    del s["vs_fifo"]
+    assert {c.name: c for c in evaluate(s, t, base)}["throughput_ratio_vs_fifo"].value == 0.8

@@ -21,7 +21,7 @@ COMPILED_MODULES = (
     "tokenfair.sched.fair.state", "tokenfair.sched.fair.tenant", "tokenfair.sched.fair.ordering",
     "tokenfair.sched.fair.wfq", "tokenfair.sched.fair.admission", "tokenfair.sched.fair.preemption",
     "tokenfair.sched.fair.urgency", "tokenfair.sched.fair.accounting", "tokenfair.sched.fair.batching",
-    "tokenfair.sched.fair.shares", "tokenfair.sched.fair.policy",
+    "tokenfair.sched.fair.shares", "tokenfair.sched.fair.policy", "tokenfair.sched.fair.tpot",
     "tokenfair.sim.engine", "tokenfair.sim.fastforward", "tokenfair.sim.simulate",
 )
 

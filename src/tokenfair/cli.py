@@ -180,6 +180,8 @@ def _register_optional() -> None:
     bench_app.command("fleet")(bench_fleet)
     from .cli_vllm import bench_vllm
     bench_app.command("vllm")(bench_vllm)
+    from .cli_shedding import bench_shedding_cmd
+    bench_app.command("shedding")(bench_shedding_cmd)
 
 
 _register_optional()

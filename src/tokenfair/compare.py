@@ -4,7 +4,8 @@
 writes ``out_dir/<policy>/{requests.jsonl, summary.json, timeline.json}``; each summary gets
 a ``gate`` entry (``{"passed": bool, "checks": [...]}``) from :mod:`tokenfair.thresholds`,
 with ``fifo``'s run as the throughput baseline when fifo is among the policies (otherwise
-the throughput-ratio check is left out).  It also writes ``out_dir/report.html``.
+the throughput-ratio check is left out): each summary's ``vs_fifo`` holds its finished tokens
+and fifo's by the same horizon (``goodput.vs_baseline``).  It also writes ``out_dir/report.html``.
 
 ``run_demo`` does that for each built-in scenario into ``out_dir/<scenario>/`` and writes one
 ``out_dir/report.html`` covering all of them.  Every figure is rendered once: the per-scenario
@@ -21,6 +22,7 @@ from typing import Callable, Sequence
 
 from .contract import Contract
 from .costmodel import Profile, load_profile
+from .goodput import vs_baseline
 from .output import write_run
 from .sched.registry import make_policy
 from .thresholds import Thresholds, evaluate, load_thresholds
@@ -65,8 +67,11 @@ def compare_results(workload: Workload, contract: Contract, profile: Profile, po
         res = simulate(workload, name, contract, profile, isolated=isolated)
         runs[name] = {"summary": res.summary, "records": res.records, "timeline": res.timeline,
                       "contract": contract}
-    base = runs.get("fifo", {}).get("summary")
+    fifo = runs.get("fifo")
+    base = fifo["summary"] if fifo is not None else None
     for name, run in runs.items():
+        if fifo is not None:
+            run["summary"]["vs_fifo"] = vs_baseline(run["records"], fifo["records"])
         checks = evaluate(run["summary"], thresholds, base)
         run["summary"]["gate"] = {"thresholds_version": thresholds.version,
                                   "passed": all(c.passed for c in checks),
@@ -138,8 +143,13 @@ def table_rows(summaries: dict[str, dict], verdicts: dict[str, bool] | None = No
         else:
             verdict = "-"
         status = s.get("status", {})
+        good = s.get("goodput", {})
         rows.append({
             "policy": policy, "throughput": s.get("throughput_tokens_per_s"),
+            "finished_tokens": good.get("finished_tokens"), "in_time_tokens": good.get("in_time_tokens"),
+            "longest_gap_s": s.get("longest_service_gap_s"),
+            "rejected_by_reason": ", ".join(f"{st[:3]}.{code} {n}" for st, codes in s.get("outcomes", {}).items()
+                                            for code, n in codes.items()),
             "jain_min": s.get("fairness", {}).get("jain_min"), "starvation": s.get("starvation_events", 0),
             "worst_tenant": worst_t, "worst_ttft_p99_s": worst,
             "max_slowdown": s.get("overall", {}).get("slowdown", {}).get("max"),
@@ -155,12 +165,17 @@ def compare_table(summaries: dict[str, dict]) -> str:
     """A fixed-width text table, one row per policy."""
     def f(v, fmt):
         return "-" if v is None else fmt.format(v)
-    head = (f"{'policy':<10}{'tok/s':>9}{'jain min':>9}{'starve':>8}{'worst P99 TTFT':>22}"
-            f"{'max slowdn':>11}{'preempt':>9}{'recov %':>8}{'rej/exp':>8}{'verdict':>9}")
+    head = (f"{'policy':<10}{'tok/s':>9}{'finished':>11}{'in time':>11}{'jain min':>9}{'starve':>8}"
+            f"{'max gap':>9}{'worst P99 TTFT':>22}{'max slowdn':>11}{'preempt':>9}{'recov %':>8}"
+            f"{'rej/exp':>8}{'verdict':>9}")
     lines = [head, "-" * len(head)]
     for r in table_rows(summaries):
         worst = "-" if r["worst_ttft_p99_s"] is None else f"{r['worst_ttft_p99_s']:.2f}s ({str(r['worst_tenant'])[:10]})"
-        lines.append(f"{r['policy'][:10]:<10}{f(r['throughput'], '{:.0f}'):>9}{f(r['jain_min'], '{:.3f}'):>9}"
-                     f"{r['starvation']:>8}{worst:>22}{f(r['max_slowdown'], '{:.1f}'):>11}{r['preemptions']:>9}"
+        lines.append(f"{r['policy'][:10]:<10}{f(r['throughput'], '{:.0f}'):>9}"
+                     f"{f(r['finished_tokens'], '{:.0f}'):>11}{f(r['in_time_tokens'], '{:.0f}'):>11}"
+                     f"{f(r['jain_min'], '{:.3f}'):>9}{r['starvation']:>8}{f(r['longest_gap_s'], '{:.1f}s'):>9}{worst:>22}{f(r['max_slowdown'], '{:.1f}'):>11}{r['preemptions']:>9}"
                      f"{f(r['recovery_pct'], '{:.2f}'):>8}{r['rejected']:>8}{r['verdict']:>9}")
+    reasons = [f"{r['policy']}: {r['rejected_by_reason']}" for r in table_rows(summaries) if r["rejected_by_reason"]]
+    if reasons:
+        lines.append("not finished, by reason: " + "; ".join(reasons))
     return "\n".join(lines)

@@ -4,7 +4,12 @@ Definitions (times in seconds from the trace origin):
   TTFT = first_token_s - arrival_s;  TPOT = (finish_s - first_token_s) / (output_tokens - 1);
   e2e = finish_s - arrival_s;  wait = (scheduled_s or finish_s) - arrival_s;
   slowdown = shared e2e / isolated e2e (the request alone on an empty engine);
-  starvation event = a request whose wait exceeds its class's max_wait_s;
+  overdue request = a request whose wait exceeds its class's max_wait_s, split into those of
+  a tenant within its entitled share at the time and those of one over it (``overdue.py``);
+  starvation = a tenant or class backlogged and receiving no service: per tenant and class
+  the longest such service gap, and a starvation event = a tenant's gap in one class longer
+  than the class's max_wait_s (``servicegaps.py``);
+  in-time / SLO goodput, finished tokens, outcomes by reason (``goodput.py``);
   deadline miss = finished after deadline_s, or expired.
 Shares: the recorder's cost-weighted service per 1 s bucket.  A tenant is *backlogged* in a
 bucket when one of its requests has waited for admission longer than ``BACKLOG_GRACE_S``
@@ -24,7 +29,10 @@ from typing import Iterable
 import numpy as np
 
 from .contract import Contract
+from .goodput import goodput, last_finish_s, outcomes
+from .overdue import overdue_split
 from .request import Request
+from .servicegaps import starvation
 
 PROMPT_BUCKETS = ((0, 512, "<512"), (512, 2048, "512-2K"), (2048, 8192, "2K-8K"), (8192, 1 << 62, ">=8K"))
 BACKLOG_FRACTION = 0.95
@@ -81,6 +89,7 @@ def group_metrics(recs: list[dict], isolated_e2e: dict[str, float] | None) -> di
     ttft, tpot, e2e, wait, slow = [], [], [], [], []
     status = defaultdict(int)
     starv = misses = preempt = good = 0
+    met: list[bool] = []
     for rec in recs:
         d = _derived(rec)
         status[rec["status"]] += 1
@@ -100,13 +109,14 @@ def group_metrics(recs: list[dict], isolated_e2e: dict[str, float] | None) -> di
                 rec["status"] == "finished" and rec["finish_s"] > rec["deadline_s"])):
             misses += 1
         preempt += rec["preemptions"]
-        good += meets_slo(rec, d)
+        met.append(meets_slo(rec, d))
+        good += met[-1]
     return {
         "requests": len(recs), "status": dict(status), "ttft_s": _pct(ttft), "tpot_s": _pct(tpot),
         "e2e_s": _pct(e2e), "max_wait_s": max(wait) if wait else None,
         "slowdown": _pct(slow) | ({"mean": float(np.mean(slow))} if slow else {}),
-        "starvation_events": starv, "deadline_misses": misses, "preemptions": preempt,
-        "slo_met": good,
+        "overdue_requests": starv, "deadline_misses": misses, "preemptions": preempt,
+        "slo_met": good, "goodput": goodput(recs, met), "outcomes": outcomes(recs),
     }
 
 
@@ -187,7 +197,10 @@ def fairness(recs: list[dict], timeline: dict, contract: Contract, window_s: flo
         classes[c] = {"min_share": spec.min_share, "share_while_backlogged": share,
                       "ratio_to_min_share": None if share is None else share / spec.min_share,
                       "backlogged_s": float(mask.sum() * bucket_s)}
+    split = overdue_split(recs, service, backlog, bucket_s, lambda members: entitled_shares(
+        {t: contract.tenant(t).weight for t in members}, {t: contract.tenant(t).min_share for t in members}))
     return {
+        "overdue_requests": split,
         "window_s": window_s, "jain_windows": len(jains),
         "jain_min": min(jains) if jains else None, "jain_mean": float(np.mean(jains)) if jains else None,
         "share_deviation": {t: {"mean": float(np.mean(v)), "max_abs": float(np.max(np.abs(v)))}
@@ -226,6 +239,14 @@ def summarize(recs: list[dict], timeline: dict, contract: Contract,
                 tenants[t]["slowdown_p50_e2e_vs_isolated"] = (e / ie) if e is not None and ie else None
     overall = group_metrics(recs, isolated_e2e)
     busy = max(1e-9, timeline["busy_s"])
+    classes = {c: group_metrics(v, isolated_e2e) for c, v in sorted(by_class.items())}
+    starved = starvation(recs)
+    for kind, groups in (("tenants", tenants), ("classes", classes)):
+        for g, m in starved[kind].items():
+            groups[g].update(m)
+    fair = fairness(recs, timeline, contract)
+    for t, split in fair["overdue_requests"]["tenants"].items():
+        tenants[t]["overdue_split"] = split
     return {
         "requests": len(recs), "status": overall["status"],
         "makespan_s": span, "throughput_tokens_per_s": (tok_in + tok_out) / span,
@@ -236,10 +257,17 @@ def summarize(recs: list[dict], timeline: dict, contract: Contract,
         "swapped_bytes": sum(r["swapped_bytes"] for r in recs),
         "recovery_cost_fraction": (recomputed / processed if processed else 0.0)
         + timeline.get("swap_s", 0.0) / busy,
-        "starvation_events": overall["starvation_events"], "deadline_misses": overall["deadline_misses"],
-        "fairness": fairness(recs, timeline, contract),
+        "finished_tokens": tok_in + tok_out, "last_finish_s": last_finish_s(recs),
+        "goodput": overall["goodput"], "outcomes": overall["outcomes"],
+        "starvation_events": starved["starvation_events"],
+        "longest_service_gap_s": starved["longest_service_gap_s"], "starvation": starved["events"],
+        "overdue_requests": fair["overdue_requests"]["within_share"] + fair["overdue_requests"]["over_share"],
+        "overdue_within_share": fair["overdue_requests"]["within_share"],
+        "overdue_over_share": fair["overdue_requests"]["over_share"],
+        "deadline_misses": overall["deadline_misses"],
+        "fairness": fair,
         "tenants": tenants,
-        "classes": {c: group_metrics(v, isolated_e2e) for c, v in sorted(by_class.items())},
+        "classes": classes,
         "prompt_buckets": {b: group_metrics(v, isolated_e2e) for b, v in by_bucket.items()},
         "engine_steps": timeline["num_steps"], "engine_busy_s": timeline["busy_s"],
     }

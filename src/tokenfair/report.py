@@ -103,18 +103,22 @@ def _top_groups(runs: dict, key: str) -> list[str]:
 def _table_html(runs: dict, verdicts: dict[str, bool]) -> str:
     from .compare import table_rows
     rows = table_rows({p: r["summary"] for p, r in runs.items()}, verdicts)
-    head = ("<tr><th class=l>policy</th><th>throughput (tok/s)</th><th>Jain min</th><th>starvation</th>"
+    head = ("<tr><th class=l>policy</th><th>throughput (tok/s)</th><th>finished tokens</th>"
+            "<th>in-time tokens</th><th>Jain min</th><th>starvation</th><th>longest gap (s)</th>"
             "<th class=l>worst tenant P99 TTFT (s)</th><th>max slowdown</th><th>preemptions</th>"
-            "<th>recovery %</th><th>rejected</th><th>verdict</th></tr>")
+            "<th>recovery %</th><th>rejected</th><th class=l>not finished, by reason</th><th>verdict</th></tr>")
     body = []
     for r in rows:
         v = r["verdict"]
         cls = "pass" if v == "pass" else "fail" if v == "fail" else ""
         worst = "–" if r["worst_ttft_p99_s"] is None else f"{r['worst_ttft_p99_s']:.3g} ({_esc(r['worst_tenant'])})"
         body.append(f"<tr><td class=l><b>{_esc(r['policy'])}</b></td><td>{_fmt(r['throughput'], '{:,.0f}')}</td>"
-                    f"<td>{_fmt(r['jain_min'], '{:.3f}')}</td><td>{r['starvation']}</td><td class=l>{worst}</td>"
+                    f"<td>{_fmt(r['finished_tokens'], '{:,.0f}')}</td><td>{_fmt(r['in_time_tokens'], '{:,.0f}')}</td>"
+                    f"<td>{_fmt(r['jain_min'], '{:.3f}')}</td><td>{r['starvation']}</td>"
+                    f"<td>{_fmt(r['longest_gap_s'], '{:.1f}')}</td><td class=l>{worst}</td>"
                     f"<td>{_fmt(r['max_slowdown'], '{:.3g}')}</td><td>{r['preemptions']}</td>"
                     f"<td>{_fmt(r['recovery_pct'], '{:.2f}')}</td><td>{r['rejected']}</td>"
+                    f"<td class=l>{_esc(r['rejected_by_reason'] or '–')}</td>"
                     f"<td class={cls}>{_esc(v)}</td></tr>")
     return f"<table>{head}{''.join(body)}</table>"
 

@@ -8,6 +8,8 @@ by pydantic (``extra="forbid"``); errors are ``file: path: message`` lines raise
 :func:`evaluate` turns one summary (``tokenfair.metrics.summarize`` schema) into a list of
 :class:`Check` rows.  A fairness metric that does not apply to the run (``jain_min`` is None
 when fewer than two tenants were ever backlogged together) passes with ``value=None``;
+the throughput ratio compares finished tokens by the same horizon (``vs_fifo``), never
+tokens per second of each run's own makespan (which rises when work is rejected);
 ``min_class_share_ratio`` checks each class with a ``min_share`` that was backlogged
 (``fairness.class_min_share``: share received while backlogged / min_share); a
 latency limit on a tenant/class that has requests but no measured value (none got a first
@@ -72,6 +74,9 @@ class GateSpec(_Strict):
     # rejected / requests, and requests that met their SLOs / requests (the live canary's checks)
     max_rejection_rate: float | None = Field(default=None, ge=0, le=1)
     min_goodput_fraction: float | None = Field(default=None, ge=0, le=1)
+    max_longest_service_gap_s: float | None = Field(default=None, gt=0)
+    max_overdue_within_share: int | None = Field(default=None, ge=0)
+    min_in_time_goodput_ratio_vs_fifo: float | None = Field(default=None, gt=0)
     tenants: dict[str, GroupLimits] = Field(default_factory=dict)   # "*": every tenant
     classes: dict[str, GroupLimits] = Field(default_factory=dict)   # "*": every class
     # tokenfair gate: compared metric name -> how far the candidate may fall behind the baseline
@@ -160,6 +165,20 @@ def _group_checks(kind: str, groups: dict[str, dict], table: dict[str, GroupLimi
     return out
 
 
+def _throughput_ratio(summary: dict, baseline_summary: dict, same_horizon: bool = True) -> float | None:
+    """Finished tokens over fifo's by the same horizon (``summary["vs_fifo"]``, written by
+    compare; ``same_horizon=False`` when the baseline is not fifo's run); without it the
+    finished tokens of the whole runs, then tokens/s (old summaries)."""
+    same = summary.get("vs_fifo") if same_horizon else None
+    if same is not None:
+        return same["ratio"]
+    for key in ("finished_tokens", "throughput_tokens_per_s"):
+        base = baseline_summary.get(key) or 0.0
+        if key in summary and base > 0:
+            return summary[key] / base
+    return None
+
+
 def evaluate(summary: dict, thresholds: Thresholds | GateSpec | None = None,
              baseline_summary: dict | None = None, baseline_name: str = "fifo") -> list[Check]:
     """Every check of the gate for ``summary``'s workload; ``baseline_summary`` is
@@ -180,10 +199,20 @@ def evaluate(summary: dict, thresholds: Thresholds | GateSpec | None = None,
     if gate.max_starvation_events is not None:
         checks.append(_max("starvation_events", summary.get("starvation_events", 0), gate.max_starvation_events))
     if gate.min_throughput_ratio_vs_fifo is not None and baseline_summary is not None:
-        base = baseline_summary.get("throughput_tokens_per_s") or 0.0
-        v = summary.get("throughput_tokens_per_s", 0.0) / base if base > 0 else None
+        v = _throughput_ratio(summary, baseline_summary, same_horizon=baseline_name == "fifo")
         checks.append(Check(f"throughput_ratio_vs_{baseline_name}", v, gate.min_throughput_ratio_vs_fifo,
                             v is None or v >= gate.min_throughput_ratio_vs_fifo - 1e-12, ">="))
+    if gate.min_in_time_goodput_ratio_vs_fifo is not None and baseline_summary is not None:
+        base = baseline_summary.get("goodput", {}).get("in_time_tokens") or 0
+        v = summary.get("goodput", {}).get("in_time_tokens", 0) / base if base > 0 else None
+        checks.append(Check("in_time_goodput_ratio_vs_fifo", v, gate.min_in_time_goodput_ratio_vs_fifo,
+                            v is None or v >= gate.min_in_time_goodput_ratio_vs_fifo - 1e-12, ">="))
+    if gate.max_longest_service_gap_s is not None:
+        checks.append(_max("longest_service_gap_s", summary.get("longest_service_gap_s", 0.0),
+                           gate.max_longest_service_gap_s))
+    if gate.max_overdue_within_share is not None:
+        checks.append(_max("overdue_within_share", summary.get("overdue_within_share", 0),
+                           gate.max_overdue_within_share))
     if gate.min_class_share_ratio is not None:
         for c, m in sorted(fair.get("class_min_share", {}).items()):
             v = m.get("ratio_to_min_share")

@@ -46,6 +46,8 @@ class AccountingMixin(UrgencyMixin):
             if used > req.charged:
                 self.wfq.charge(t, used - req.charged)
                 req.charged = used
+        if decoded and not req.in_prefill:
+            self.decode_slos.start(req)        # its prefill just completed: a running decode
         served = self.wp * prefill_tokens + self.wd * decoded
         self.recent_total += served
         if self.first_service_s is None:
@@ -209,6 +211,7 @@ class AccountingMixin(UrgencyMixin):
         if req in t.running:
             t.running.discard(req)
             self.num_running -= 1
+        self.decode_slos.stop(req)
         self._touch(t)
         unused = req.charged - req.used_cost
         if unused > 0:

@@ -1,7 +1,8 @@
 """Layer 4, the fair policy's half: how big this step's prefill is and in what order.
 
 * the prefill budget is shaped so the predicted step (last step's decode batch plus the
-  prefill) stays within ``TPOT_MARGIN`` x the tightest TPOT SLO (bisection, O(log budget));
+  prefill) stays within ``TPOT_MARGIN`` x the tightest TPOT SLO among the running decodes
+  (``tpot.py``; none has one: the contract's budget; bisection, O(log budget));
 * a light tenant's prefill that can finish within one step's budget may take all of it;
   everything else is capped at ``chunk_size`` (a 20K prompt never holds a step);
 * a running prefill of a tenant that is not light waits behind light tenants' prefill work
@@ -32,7 +33,7 @@ class BatchingMixin(AccountingMixin):
 
     def prefill_budget(self, last_step: tuple[int, int, list[Request]], now: float) -> int:
         """The contract's prefill budget, shaped so the predicted step (with last step's decode
-        batch) stays within ``TPOT_MARGIN`` x the tightest TPOT SLO of a running request:
+        batch) stays within ``TPOT_MARGIN`` x the tightest TPOT SLO of a running decode:
         bisection over multiples of 64, O(log budget) cost-model calls.  While a light
         tenant's prefill runs, the prefill keeps the whole budget and the heavy tenants'
         decodes give way instead (:meth:`decode_hold`)."""
@@ -44,7 +45,7 @@ class BatchingMixin(AccountingMixin):
         self._light_prefilling = any(self.is_light(self.tenants[r.tenant], now, r)
                                      for group in (prefilling, admitted) for r in group
                                      if r.status is Status.RUNNING and r.in_prefill)
-        slo = self._min_tpot_slo
+        slo = self.decode_slos.tightest()
         if slo is None or n == 0:
             return budget
         target = TPOT_MARGIN * slo

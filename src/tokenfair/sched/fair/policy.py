@@ -12,7 +12,7 @@ everyone a starving queue.  ``pick`` order:
      first few, light tenants (``shares.py``) by earliest first-token deadline -- and its
      best request (``ordering.py``).
 Per step, the prefill budget is shaped so the predicted step time stays within 0.8x the
-tightest TPOT SLO among running decodes (never below ``MIN_PREFILL_BUDGET``): long prefills
+tightest TPOT SLO among running decodes (``tpot.py``; none: no shaping) (never below ``MIN_PREFILL_BUDGET``): long prefills
 cannot stutter streams; while a light tenant's prefill runs, heavy tenants' decodes give way
 instead (``batching.py``).
 Charging: predicted cost at first admission, corrected by actual consumption as tokens are
@@ -37,6 +37,7 @@ from .ordering import Key, LazyHeap, best_head, order_key
 from .preemption import PreemptionPolicy
 from .shares import SharesMixin
 from .tenant import TenantState
+from .tpot import DecodeSLOs
 from .wfq import VirtualTimeWFQ
 
 
@@ -105,8 +106,7 @@ class FairPolicy(SharesMixin):
         self._light_prefilling = False
         self._admitted_prefills = []
         self._hold = None
-        slos = [k.tpot_slo_s for k in contract.classes.values() if k.tpot_slo_s is not None]
-        self._min_tpot_slo = min(slos) if slos else None
+        self.decode_slos = DecodeSLOs()
         self._level_t = float("-inf")
         self._level_v = 0.0
         adm = contract.admission
@@ -156,6 +156,7 @@ class FairPolicy(SharesMixin):
         if req in t.running:
             t.running.discard(req)
             self.num_running -= 1
+            self.decode_slos.stop(req)
         req.qtoken += 1
         q = t.queues.get(req.klass)
         if q is None:
@@ -284,6 +285,8 @@ class FairPolicy(SharesMixin):
         t = self.tenants[req.tenant]
         if req.in_prefill:
             self._admitted_prefills.append(req)
+        else:
+            self.decode_slos.start(req)
         t.running.add(req)
         self.num_running += 1
         self._touch(t)

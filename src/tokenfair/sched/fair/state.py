@@ -25,6 +25,7 @@ from .admission import AdmissionControl
 from .ordering import LazyHeap
 from .preemption import PreemptionPolicy
 from .tenant import TenantState
+from .tpot import DecodeSLOs
 from .wfq import VirtualTimeWFQ
 
 # *light* means served, per weight, less than this fraction of the water level (shares.py);
@@ -65,7 +66,7 @@ class FairState(Policy):
     _light_prefilling: bool                 # a light tenant's prefill runs (this step)
     _admitted_prefills: list[Request]       # admitted since the last prefill_budget
     _hold: DecodeHold | None                # this step's decode hold
-    _min_tpot_slo: float | None
+    decode_slos: DecodeSLOs                 # TPOT SLOs of the running decodes (tpot.py)
     _level_t: float                         # when the water level was last read
     _level_v: float                         # the water level (shares.py)
     headroom_blocks: int
