@@ -11,6 +11,7 @@ import asyncio
 import math
 
 from ..request import Status
+from ..sched.gateway_round import begin_round, release_round
 from .gateway_window import Backend
 
 IDLE_POLL_S = 0.05
@@ -53,49 +54,27 @@ class Dispatcher:
     def _dispatch_round(self) -> None:
         policy = self.policy
         now = self.now()
-        elapsed = now - self._last_round_s
-        if elapsed > 0:
-            policy.on_step_end(now, elapsed)
-            self._last_round_s = now
-        tpot = self._tpot_estimate()
-        if tpot is not None and hasattr(policy, "step_ewma_s"):
-            policy.step_ewma_s = tpot
-        for req, reason in policy.expire(now):
+        expired, self._last_round_s = begin_round(policy, now, self._last_round_s, self._tpot_estimate())
+        for req, reason in expired:
             job = self.jobs.get(req.request_id)
             if job is not None:
                 self._end(job, Status.EXPIRED, reason)
-        blocked: set[str] = set()
-        max_running = self.contract.engine.max_running
-        while policy.num_waiting() and len(self.running) < max_running:
-            if self._free_backend(0) is None:
-                break
-            cand = policy.pick(now, blocked)
-            if cand is None:
-                break
-            tokens = cand.prompt_tokens + cand.predicted_remaining
-            b = self._free_backend(tokens)
-            if b is None:
-                break
-            if not policy.can_admit(cand, now, len(self.running)):
-                if policy.hol_blocking:
-                    break
-                blocked.add(cand.tenant)
-                continue
-            policy.take(cand)
-            cand.status = Status.RUNNING
-            if cand.scheduled_s is None:
-                cand.scheduled_s = now
-            policy.on_admit(cand, now)
-            job = self.jobs[cand.request_id]
-            job.backend = b
-            job.released_s = now
-            job.charge_tokens = tokens
-            b.inflight += 1
-            b.inflight_tokens += tokens
-            self.running.add(job)
-            job.task = asyncio.ensure_future(self._proxy(job, b))
-            job.task.add_done_callback(lambda t, job=job, b=b, n=tokens: self._proxy_done(job, b, n, t))
+        release_round(policy, now, len(self.running), self.contract.engine.max_running,
+                      lambda req, tokens: self._free_backend(tokens),
+                      lambda req, b, tokens: self._release(req, b, tokens, now))
         wake = policy.next_wakeup(now)
         self._sleep = IDLE_POLL_S if policy.num_waiting() else 1.0
         if wake < math.inf:
             self._sleep = min(self._sleep, max(0.001, wake - now))
+
+    def _release(self, cand, b: Backend, tokens: int, now: float) -> None:
+        """Hand a request ``release_round`` admitted to backend ``b`` (its proxy task)."""
+        job = self.jobs[cand.request_id]
+        job.backend = b
+        job.released_s = now
+        job.charge_tokens = tokens
+        b.inflight += 1
+        b.inflight_tokens += tokens
+        self.running.add(job)
+        job.task = asyncio.ensure_future(self._proxy(job, b))
+        job.task.add_done_callback(lambda t, job=job, b=b, n=tokens: self._proxy_done(job, b, n, t))
