@@ -11,6 +11,7 @@ import asyncio
 import math
 
 from ..request import Status
+from ..sched.gateway_round import admit, begin_round, next_candidate
 from .gateway_window import Backend
 
 IDLE_POLL_S = 0.05
@@ -56,21 +57,13 @@ class Dispatcher:
 
     def _round_start(self, now: float) -> None:
         """Decay the shares, take the backends' time per token, expire hopeless requests."""
-        policy = self.policy
-        elapsed = now - self._last_round_s
-        if elapsed > 0:
-            policy.on_step_end(now, elapsed)
-            self._last_round_s = now
-        tpot = self._tpot_estimate()
-        if tpot is not None and hasattr(policy, "step_ewma_s"):
-            policy.step_ewma_s = tpot
-        for req, reason in policy.expire(now):
+        expired, self._last_round_s = begin_round(self.policy, now, self._last_round_s, self._tpot_estimate())
+        for req, reason in expired:
             job = self.jobs.get(req.request_id)
             if job is not None:
                 self._end(job, Status.EXPIRED, reason)
 
     def _dispatch_round(self) -> None:
-        policy = self.policy
         now = self.now()
         self._round_start(now)
         blocked: set[str] = set()
@@ -82,24 +75,8 @@ class Dispatcher:
     def _next_release(self, now: float, blocked: set[str]):
         """(request, backend, tokens) to release next; () when the policy cannot admit the
         picked tenant now (it is added to ``blocked``: ask again); None: the round is over."""
-        policy = self.policy
-        if not policy.num_waiting() or len(self.running) >= self.contract.engine.max_running:
-            return None
-        if self._free_backend(0) is None:
-            return None
-        cand = policy.pick(now, blocked)
-        if cand is None:
-            return None
-        tokens = cand.prompt_tokens + cand.predicted_remaining
-        b = self._free_backend(tokens)
-        if b is None:
-            return None
-        if not policy.can_admit(cand, now, len(self.running)):
-            if policy.hol_blocking:
-                return None
-            blocked.add(cand.tenant)
-            return ()
-        return cand, b, tokens
+        return next_candidate(self.policy, now, len(self.running), self.contract.engine.max_running, blocked,
+                              lambda req, tokens: self._free_backend(tokens))
 
     def _set_sleep(self, now: float) -> None:
         policy = self.policy
@@ -110,12 +87,7 @@ class Dispatcher:
 
     def _release(self, cand, b: Backend, tokens: int, now: float) -> asyncio.Task:
         """Take ``cand`` from the queue, charge it, and start proxying it to ``b``."""
-        policy = self.policy
-        policy.take(cand)
-        cand.status = Status.RUNNING
-        if cand.scheduled_s is None:
-            cand.scheduled_s = now
-        policy.on_admit(cand, now)
+        admit(self.policy, cand, now)
         job = self.jobs[cand.request_id]
         job.backend = b
         job.released_s = now
