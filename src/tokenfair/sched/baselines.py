@@ -3,7 +3,7 @@
 
 Each reproduces a published scheduler on tokenfair's shared mechanics
 (:mod:`tokenfair.sched.scheduler`); the facts they follow are in
-``shared/docs/anchors.md``.  All three use the same vLLM-style mechanics as ``fifo`` so that
+docs/SOURCES.md.  All three use the same vLLM-style mechanics as ``fifo`` so that
 a comparison isolates the *ordering* decision:
 
 * one shared token budget per step (``shared_budget = True``: the contract's

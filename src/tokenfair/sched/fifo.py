@@ -1,4 +1,4 @@
-"""``fifo``: vLLM V1's default scheduler (see ../shared/docs/anchors.md).
+"""``fifo``: vLLM V1's default scheduler (docs/SOURCES.md, "vLLM V1").
 
 Running requests first, then waiting ones in arrival order; one shared token budget
 (``prefill_token_budget + decode_token_budget`` of the contract, i.e. max_num_batched_tokens);
