@@ -48,6 +48,13 @@ def vllm_servers(tmp_path_factory):
     from tokenfair.integrations.vllm_process import VllmServer
     from tokenfair.serve.shutdown import free_port
 
+    reuse = os.environ.get("TOKENFAIR_VLLM_REUSE")
+    if reuse:          # development: "STOCK_URL,PLUGIN_URL,RECORDS" of servers already running
+        from types import SimpleNamespace
+        stock_url, plugin_url, records_path = reuse.split(",")
+        yield {"stock": SimpleNamespace(url=stock_url, kill=None), "plugin": SimpleNamespace(url=plugin_url),
+               "records": Path(records_path)}
+        return
     model = os.environ["TOKENFAIR_VLLM_MODEL"]
     logs = Path(os.environ.get("TOKENFAIR_VLLM_LOGS") or tmp_path_factory.mktemp("vllm-logs"))
     records = logs / "plugin-records.jsonl"

@@ -13,7 +13,7 @@ PROMPT = "Write one sentence about the sea."
 
 def _direct(url: str, max_tokens: int = 12) -> dict:
     r = httpx.post(url + "/v1/completions", timeout=120, json={
-        "model": "smollm2", "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0.0,
+        "model": "smollm2", "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True,
         "vllm_xargs": {"tenant": "light"}})
     assert r.status_code == 200, r.text
     return r.json()
@@ -25,7 +25,7 @@ def test_gateway_streamed_and_not_match_direct_with_usage(vllm_servers, vh):
     gw, st = vh.start_gateway(stock.url)
     with st:
         r = httpx.post(st.url + "/v1/completions", headers=vh.auth("light"), timeout=120,
-                       json={"prompt": PROMPT, "max_tokens": 12, "temperature": 0.0})
+                       json={"prompt": PROMPT, "max_tokens": 12, "temperature": 0.0, "ignore_eos": True})
         assert r.status_code == 200, r.text
         body = r.json()
         assert body["choices"][0]["text"] == direct["choices"][0]["text"]
@@ -33,7 +33,7 @@ def test_gateway_streamed_and_not_match_direct_with_usage(vllm_servers, vh):
         assert body["usage"]["completion_tokens"] == direct["usage"]["completion_tokens"] == 12
         text, usage = "", None
         with httpx.stream("POST", st.url + "/v1/completions", headers=vh.auth("light"), timeout=120,
-                          json={"prompt": PROMPT, "max_tokens": 12, "temperature": 0.0, "stream": True,
+                          json={"prompt": PROMPT, "max_tokens": 12, "temperature": 0.0, "ignore_eos": True, "stream": True,
                                 "stream_options": {"include_usage": True}}) as s:
             assert s.status_code == 200
             for line in s.iter_lines():

@@ -8,7 +8,7 @@ gateway, which then sets ``vllm_xargs`` itself).  Per request it records when it
 its first token, every later token and the server's ``usage``; :func:`summarize` turns
 that into throughput, per-tenant TTFT percentiles, and each tenant's share of the service
 (``prefill x prompt + decode x output`` cost) while the tenants named in ``share_of`` were
-all backlogged (sent but not yet started).  Every request ends finished or failed with a
+all backlogged (being served, with requests not yet started), in generated tokens.  Every request ends finished or failed with a
 reason; failures are counted next to the throughput.
 """
 
@@ -127,15 +127,30 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def backlogged_window(results: list[Result], tenants: tuple[str, ...]) -> tuple[float, float]:
-    """[start, end]: every tenant in ``tenants`` has a request sent and not yet started."""
+    """[start, end]: every tenant in ``tenants`` is being served (its first request started)
+    and still has a request waiting (sent, not started).  Starting at the first token rather
+    than the send keeps the server's own intake delay (tokenising a burst) out of the shares."""
     start, end = 0.0, math.inf
     for t in tenants:
         mine = [r for r in results if r.tenant == t and r.first_token_s is not None]
         if not mine:
             return (0.0, 0.0)
-        start = max(start, min(r.sent_s for r in mine))
+        start = max(start, min(r.first_token_s for r in mine))
         end = min(end, max(r.first_token_s for r in mine))
     return (start, max(start, end))
+
+
+def saturated_until(results: list[Result], slots: int) -> float:
+    """When fewer than ``slots`` requests were left unfinished (the drain begins): up to then
+    the server had at least as much work as it runs at once."""
+    ends = sorted(r.token_s[-1] for r in results if r.token_s)
+    missing = len(results) - len(ends)                # failed: never counted as outstanding
+    k = len(ends) - slots + missing
+    return ends[k] if 0 <= k < len(ends) else (ends[-1] if ends else 0.0)
+
+
+def tokens_between(results: list[Result], lo: float, hi: float) -> int:
+    return sum(1 for r in results for t in r.token_s if lo <= t <= hi)
 
 
 def service_in(results: list[Result], window: tuple[float, float], prefill: float = 1.0,
@@ -149,12 +164,15 @@ def service_in(results: list[Result], window: tuple[float, float], prefill: floa
         cost = 0.0
         if r.first_token_s is not None and lo <= r.first_token_s < hi:
             cost += prefill * r.prompt_tokens
-        cost += decode * sum(1 for t in r.token_s[1:] if lo <= t < hi)
+        cost += decode * sum(1 for t in r.token_s if lo <= t < hi)
         out[r.tenant] = out.get(r.tenant, 0.0) + cost
     return out
 
 
-def summarize(results: list[Result], share_of: tuple[str, ...] = ()) -> dict:
+def summarize(results: list[Result], share_of: tuple[str, ...] = (), slots: int | None = None) -> dict:
+    """Throughput (and, with ``slots``, the throughput while the server was saturated: the
+    drain at the end depends on the order requests ran in, not on the server's speed),
+    per-tenant TTFT, and the shares of ``share_of`` while all of them were backlogged."""
     ok = [r for r in results if r.status == "finished"]
     end = max((r.token_s[-1] for r in ok if r.token_s), default=0.0)
     tokens = sum(r.output_tokens or len(r.token_s) for r in ok)
@@ -168,9 +186,16 @@ def summarize(results: list[Result], share_of: tuple[str, ...] = ()) -> dict:
     out = {"requests": len(results), "failed": len(results) - len(ok), "output_tokens": tokens,
            "makespan_s": end, "throughput_tok_s": tokens / end if end > 0 else 0.0, "tenants": per,
            "failures": sorted({r.reason for r in results if r.status != "finished"})}
+    if slots is not None:
+        until = saturated_until(results, slots)
+        out["saturated_s"] = until
+        out["saturated_tok_s"] = tokens_between(results, 0.0, until) / until if until > 0 else 0.0
     if share_of:
         window = backlogged_window(results, share_of)
-        served = service_in(results, window)
+        # generated tokens: the prompt of a request counts at one instant (its first token),
+        # which makes short windows lumpy; the heavy tenants' requests are alike, so their
+        # token shares are their cost shares
+        served = service_in(results, window, prefill=0.0, decode=1.0)
         total = sum(served.get(t, 0.0) for t in share_of)
         out["backlogged_window_s"] = list(window)
         out["shares"] = {t: (served.get(t, 0.0) / total if total else math.nan) for t in share_of}

@@ -26,8 +26,10 @@ hooks, without the iteration mechanics (there are no steps, KV blocks or chunks 
             policy's per-token time is the backends' observed time per output token, so
             ``expire`` fails a queued request whose deadline can no longer be met (504).
 
-Window (per backend, documented AIMD on time to first token): see
-:mod:`tokenfair.serve.gateway_window`.
+Window (per backend): driven by the backend's saturation when it exports vLLM's metrics
+(:mod:`tokenfair.serve.saturation`), else AIMD on time to first token
+(:mod:`tokenfair.serve.gateway_window`).  Every body sent carries the authenticated tenant
+and class in ``vllm_xargs`` (:mod:`tokenfair.serve.backend_identity`).
 
 The contract's ``engine.max_running`` bounds the requests in flight through the gateway in
 total (slot reservations, ``min_share x max_running``, apply to that budget): set it to
