@@ -59,6 +59,7 @@ def shadow(records: Path = typer.Argument(..., help="serve/gateway --records fil
         make_policy(policy)
     except USER_ERRORS as err:
         fail(_message(err))
+
     res = run_shadow(recs, wl, live_c, cand, prof, th, policy=policy, out_dir=out)
     typer.echo(shadow_table(res))
     if out is not None:

@@ -8,10 +8,14 @@ Two least-squares fits, each clamped to non-negative coefficients:
            service was running at the middle of the request's decode (from all records'
            [scheduled_s, finish_s] intervals): a decode step's time and how it grows with the
            batch;
-  prefill  (first_token_s - scheduled_s) + dispatch gap - one decode step ~ prefill_batch_s
-           + prefill_token_s * prompt_tokens: the first step's extra time.  The dispatch gap
-           (:func:`dispatch_gap_s`) is the service's turnover latency: the median time from a
-           request's end to the next admission while requests were waiting.
+  prefill  (first_token_s - scheduled_s) - one decode step ~ prefill_batch_s
+           + prefill_token_s * prompt_tokens: the first step's extra time (one step: with
+           prompts longer than the contract's chunk_size the simulator pays prefill_batch_s
+           per chunk, which such records do not show).
+
+The service's turnover latency (:func:`dispatch_gap_s`: the mean time from a request's end
+to the next admission while requests were waiting) idles a slot once per request; it is
+spread over the mean number of decode steps and added to ``decode_base_s``.
 
 A simulated step with a prefill costs every decode in it the prefill's time; the measured
 TPOT already includes that for the fraction of steps that held one (admissions per second x
@@ -49,8 +53,11 @@ def _nonneg_lstsq(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 
 def dispatch_gap_s(records: list[dict]) -> float:
-    """Median time from a request's end to the next admission while others were waiting: the
-    service's own turnover latency (the simulator admits at the next step, with none)."""
+    """Mean time from a request's end to the next admission while others were waiting: the
+    service's own turnover latency (the simulator admits at the next step, with none).  The
+    mean, not the median: what the queue feels is the capacity lost in total, and on a busy
+    host the gaps are heavy-tailed; gaps past the 95th percentile (a policy holding work back)
+    are left out."""
     sched = [r for r in records if r.get("scheduled_s") is not None]
     arrivals = np.sort([r["arrival_s"] for r in sched])
     starts = np.sort([r["scheduled_s"] for r in sched])
@@ -62,7 +69,8 @@ def dispatch_gap_s(records: list[dict]) -> float:
     ok = (waiting > 0) & (nxt < len(starts))
     if not ok.any():
         return 0.0
-    return float(np.median(starts[nxt[ok]] - ends[ok]))
+    gaps = starts[nxt[ok]] - ends[ok]
+    return float(np.mean(gaps[gaps <= np.percentile(gaps, 95)]))
 
 
 def fit_profile(records: list[dict], name: str = "fitted-from-records", kv_tokens: int = DEFAULT_KV_TOKENS) -> Profile:
@@ -77,7 +85,7 @@ def fit_profile(records: list[dict], name: str = "fitted-from-records", kv_token
     running = (np.searchsorted(starts, mids, side="right") - np.searchsorted(ends, mids, side="right")).astype(float)
     tpot = np.array([(r["finish_s"] - r["first_token_s"]) / (r["output_tokens"] - 1) for r in done])
     base, per_seq = _nonneg_lstsq(running, tpot)
-    first = np.array([r["first_token_s"] - r["scheduled_s"] for r in done]) + dispatch_gap_s(records)
+    first = np.array([r["first_token_s"] - r["scheduled_s"] for r in done])
     prompt = np.array([float(r["prompt_tokens"]) for r in done])
     extra = first - (base + per_seq * running)      # unclamped: clamping each sample biases the fit up
     batch, per_token = _nonneg_lstsq(prompt, extra)
@@ -86,6 +94,9 @@ def fit_profile(records: list[dict], name: str = "fitted-from-records", kv_token
     span = max(1e-9, float(ends[-1] - starts[0])) if len(starts) else 1e-9
     frac = min(1.0, len(starts) / span * float(np.mean(tpot)))
     base = max(0.0, base - frac * (batch + per_token * float(np.mean(prompt))))
+    # the dispatch gap idles a slot once per request: spread over the request's decode steps
+    base += dispatch_gap_s(records) / max(1.0, float(np.mean([r["output_tokens"] - 1 for r in done])))
     return Profile(name=name, kind="linear", prefill_batch_s=batch, prefill_token_s=per_token,
                    decode_base_s=base, decode_seq_s=per_seq, overhead_s=0.0,
                    kv_capacity_tokens=kv_tokens, swap_capacity_tokens=0)
+

@@ -80,6 +80,8 @@ def rebind_policy(policy, new: Contract) -> None:
     adm.owners = [t for t in tenants.values() if adm.reserved_slots(t) > 0]
     policy.class_min = {k: s.min_share for k, s in new.classes.items() if s.min_share > 0}
     policy.headroom_slots = int(new.admission.headroom_slot_fraction * new.engine.max_running)
+    policy.headroom_blocks = int(new.admission.headroom_kv_fraction * policy.pool.num_blocks)
+    # the reservations cached by the fair policy are recomputed at its next on_step_end
 
 
 class LiveKeyRing(KeyRing):
