@@ -69,6 +69,8 @@ def test_redis_killed_and_restarted_nothing_lost(redis_server):
     for rec in recs:
         want[rec["tenant"]] = want.get(rec["tenant"], 0.0) + cost(c, rec["prompt_tokens"], rec["output_tokens"])
     assert served == want, (served, want)
+    per_class = {k.decode(): float(v) for k, v in r.hgetall("tf:chaos:served_tc").items()}
+    assert sum(per_class.values()) == sum(want.values()) and all("|" in k for k in per_class)
     backends = r.smembers("tf:chaos:backends")
     assert len(backends) == 2 and all(r.zcard(b"tf:chaos:lb:" + b) == 0 for b in backends)
 
@@ -149,6 +151,7 @@ def test_killed_gateway_leases_expire_within_ttl(redis_server, tmp_path):
     assert elapsed <= ttl + 1.0, elapsed
     assert before["gateways"]["doomed"]["live"] and before["gateways"]["survivor"]["queue"] == {"b": 1}
     assert before["backends"][be.url.split("://", 1)[1]] == 2 and before["tenants"]["a"]["leases"] == 2
+    assert before["tenants"]["a"]["dispatched"] == 2 and list(before["tenants"]["a"]["classes"]) in ([], ["interactive"])
     assert after.exit_code == 0 and "doomed" in after.output and "survivor" in after.output
     bad = CliRunner().invoke(app, ["fleet", "status", "--redis", "localhost:6379"])
     assert bad.exit_code == 2 and "--redis" in bad.output

@@ -113,7 +113,8 @@ class FleetGateway(Gateway):
                            cost_max=prompt + self.wd * max(req.max_tokens, req.predicted_output),
                            rate=rl.tokens_per_s if rl else 0.0, burst=rl.burst_tokens if rl else 0.0,
                            max_concurrency=spec.max_concurrency or 0, backend=b.name, window=b.window.limit,
-                           lease_ttl_s=self.fleet.lease_ttl_s, credit=self.policy.wfq.credit, backlog=backlog)
+                           lease_ttl_s=self.fleet.lease_ttl_s, credit=self.policy.wfq.credit, klass=req.klass,
+                           backlog=backlog)
 
     async def _round(self) -> None:
         now = self.now()
