@@ -119,6 +119,36 @@ def plot_fairness(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def script_latency(url: str, num_ops: int = 2000, num_tenants: int = 8) -> dict:
+    """The dispatch path's share of the Redis cost: ``num_ops`` dispatch scripts (each
+    followed by its completion, off the timed path) from one asyncio client over loopback,
+    ``num_tenants`` tenants backlogged; P50 / P99 of the dispatch round trip."""
+    import redis.asyncio as aioredis
+
+    from .model import Completion, DispatchAsk
+    from .redis_store import RedisStore
+
+    async def run() -> list[float]:
+        client = aioredis.from_url(url)
+        store = RedisStore(client, "script-latency")
+        tenants = tuple(f"t{i}" for i in range(num_tenants))
+        times = []
+        for i in range(num_ops):
+            t = tenants[i % num_tenants]
+            ask = DispatchAsk(op_id=f"d{i}", lease_id=f"l{i}", gateway="g", tenant=t, weight=1.0, cost_pred=40.0,
+                              cost_max=40.0, rate=1e9, burst=1e9, max_concurrency=64, backend="b", window=64,
+                              lease_ttl_s=5.0, credit=2048.0, backlog=tenants)
+            start = time.perf_counter()
+            await store.dispatch(ask)
+            times.append(time.perf_counter() - start)
+            await store.complete(Completion(op_id=f"c{i}", lease_id=ask.lease_id, tenant=t, weight=1.0, backend="b",
+                                            cost_pred=40.0, cost_max=40.0, cost_actual=40.0, rate=1e9, burst=1e9,
+                                            credit=2048.0, dispatch_op=ask.op_id))
+        await client.aclose()
+        return times[100:]                       # after the script cache and connection warm up
+    return _pcts(asyncio.run(run()))
+
+
 def _pcts(xs: list[float]) -> dict:
     import numpy as np
     a = np.asarray(xs) * 1000.0
@@ -208,10 +238,15 @@ def run_bench(out: Path, gateways: list[int], latencies_ms: list[float], duratio
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="tf-bench-fleet-") as tmp:
         work = Path(tmp)
+        srv = RedisServer(work / "redis-script", persist=False).start()
+        try:
+            script = script_latency(srv.url)
+        finally:
+            srv.stop()
         rows = fairness_table(gateways, latencies_ms, duration_s, work, repeats)
         latency = latency_run(rate, latency_duration_s, work) if latency_duration_s > 0 else None
     plot_fairness(rows, out / "fleet_fairness.png")
-    result = {"fairness": rows, "latency": latency, "cpus": os.cpu_count(),
+    result = {"fairness": rows, "latency": latency, "dispatch_script": script, "cpus": os.cpu_count(),
               "config": {"duration_s": duration_s, "clients_per_tenant": CLIENTS_PER_TENANT, "weights": WEIGHTS,
                          "repeats": repeats}}
     (out / "fleet_bench.json").write_text(json.dumps(result, indent=2))
@@ -228,6 +263,10 @@ def format_bench(result: dict) -> str:
                      f"{'+' + format(r['latency_ms'], 'g') + ' ms' if r['shared'] else '-'} | "
                      f"**{100 * r['error']:.1f}%** ({every}) | "
                      f"{s['a']:.3f} / {s['b']:.3f} / {s['c']:.3f} | {r['requests_per_s']:.0f} | {r['refused']} |")
+    sc = result.get("dispatch_script")
+    if sc:
+        lines += ["", f"dispatch script round trip (loopback, 8 tenants backlogged, {sc['n']} calls): "
+                      f"p50 {sc['p50_ms']} ms, p99 {sc['p99_ms']} ms"]
     lat = result.get("latency")
     if lat:
         lines += ["", "| path | TTFT p50 / p99 (ms) | end-to-end p50 / p99 (ms) | errors |", "|---|---|---|---|"]
