@@ -96,6 +96,8 @@ class LocalStore:
             wait = -level / (ask.rate * share)
             st.blocked[ask.tenant] = now + wait
             return REASON_RATE, wait
+        if not ask.check_ahead:
+            return "", -math.inf
         vb = s
         for j in set(ask.backlog) - {ask.tenant}:
             if st.blocked.get(j, -math.inf) > now:

@@ -35,6 +35,7 @@ class DispatchAsk:
     credit: float           # >= 0, C of the WFQ: a returning tenant's lead is at most C / weight
     backlog: tuple[str, ...] = ()   # tenants with waiting requests at the asking gateway
     klass: str = ""         # the request's class (per tenant and class service counters)
+    check_ahead: bool = True  # False: skip the cross-replica fairness rule (a tenant with a min share)
     force: bool = False     # replay of a decision taken while Redis was unreachable: no checks
     now: float = 0.0        # > 0 only in tests: the store's clock (else Redis TIME / monotonic)
 

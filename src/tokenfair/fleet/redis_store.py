@@ -59,7 +59,7 @@ class RedisStore:
         args = [self.prefix, ask.op_id, ask.lease_id, ask.gateway, ask.tenant, _f(ask.weight), _f(ask.cost_pred),
                 _f(ask.cost_max), _f(ask.rate), _f(ask.burst), str(int(ask.max_concurrency)), ask.backend,
                 str(int(ask.window)), _f(ask.lease_ttl_s), _f(ask.credit), "1" if ask.force else "0",
-                _f(ask.now), ask.klass, *ask.backlog]
+                _f(ask.now), ask.klass, "1" if ask.check_ahead else "0", *ask.backlog]
         return parse_answer(await self._dispatch(keys=[], args=args))
 
     async def complete(self, done: Completion) -> DispatchAnswer:

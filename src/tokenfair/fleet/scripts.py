@@ -52,7 +52,7 @@ end
 """
 
 # ARGV: P op lease gw tenant weight cost_pred cost_max rate burst max_conc backend window
-#       lease_ttl credit force now class backlog...
+#       lease_ttl credit force now class check_ahead backlog...
 DISPATCH = COMMON + r"""
 local op, lease, gw, tenant = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local w, cpred, cmax = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -84,25 +84,29 @@ if not force then
     redis.call('HSET', P .. ':blk', tenant, fmt(now - level / rate))
     return refuse('rate', -level / rate)
   end
-  local vb = S
+  local vb = -math.huge
+  if ARGV[19] == '1' then vb = S end
   local seen = {[tenant] = true}
   local function consider(j)
     if seen[j] then return end
     seen[j] = true
+    if ARGV[19] ~= '1' then return end
     local blocked = tonumber(redis.call('HGET', P .. ':blk', j))
     if blocked ~= nil and blocked > now then return end
     local wj = num(redis.call('HGET', P .. ':w', j), 1)
     local sj = math.max(num(redis.call('HGET', P .. ':S', j), 0), V - credit / wj)
     if sj < vb then vb = sj end
   end
-  for i = 19, #ARGV do consider(ARGV[i]) end
+  for i = 20, #ARGV do consider(ARGV[i]) end
   for _, g in ipairs(redis.call('ZRANGE', P .. ':gw', 0, -1)) do
     if g ~= gw then
       for _, j in ipairs(redis.call('HKEYS', P .. ':q:' .. g)) do consider(j) end
     end
   end
-  if S > vb + cpred / w then return refuse('ahead', 0) end
-  if vb > V then V = vb end
+  if ARGV[19] == '1' then
+    if S > vb + cpred / w then return refuse('ahead', 0) end
+    if vb > V then V = vb end
+  end
 end
 S = S + cpred / w
 redis.call('HSET', P .. ':S', tenant, fmt(S))
