@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip --disable-pip-version-check -q
 
-.PHONY: demo test test-pure test-vllm bench bench-1m bench-vllm venv venv-dev compile pure clean
+.PHONY: demo test test-pure test-vllm bench bench-1m bench-vllm bench-fleet venv venv-dev compile pure clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -54,6 +54,12 @@ bench-vllm:
 # the Azure conv trace tiled in time to 1,000,000+ requests (minutes per policy)
 bench-1m: venv-dev
 	$(BIN)/tokenfair bench sim azure:conv --min-requests 1000000 --json
+
+# a fleet of gateways sharing state through a local redis-server: fairness error vs gateways and
+# Redis latency, the latency Redis adds (docs/BENCHMARKS.md; a few minutes)
+bench-fleet: venv-dev
+	bash scripts/test-setup.sh
+	$(BIN)/tokenfair bench fleet --out reports/bench-fleet
 
 # rebuild the mypyc-compiled core in place after editing one of its modules (src/tokenfair/_core.py
 # lists them; `pip install -e .` builds it too).  The build records each source's sha256 in

@@ -10,12 +10,17 @@ from contextlib import ExitStack
 
 import pytest
 
-from tokenfair.fleet.rehearsal import FleetSpec, closed_loop, shares, start_fleet
+from tokenfair.fleet.rehearsal import FleetSpec, StopRule, closed_loop, shares, start_fleet
 
 from fleet_helpers import KEYS, RATE, WEIGHTS, contract, cost, keyring
 
-DURATION_S = 3.0
+DURATION_S = 2.0
+MIN_FINISHED = 120        # shares are measured on at least this many requests, however slow the machine
 CLIENTS = {"a": 8, "b": 8, "c": 8}
+
+
+def rule(min_finished: int = MIN_FINISHED) -> StopRule:
+    return StopRule(DURATION_S, min_finished)
 
 
 def entitled(tenants):
@@ -31,9 +36,9 @@ def run(spec, c, load):
 
 def test_fleet_shares_match_one_gateway(redis_server):
     c = contract()
-    one, _ = run(FleetSpec(num_gateways=1), c, lambda urls: closed_loop(urls, KEYS, CLIENTS, DURATION_S))
+    one, _ = run(FleetSpec(num_gateways=1), c, lambda urls: closed_loop(urls, KEYS, CLIENTS, rule()))
     three, fleet = run(FleetSpec(num_gateways=3, redis_url=redis_server.url, fleet="even"), c,
-                       lambda urls: closed_loop(urls, KEYS, CLIENTS, DURATION_S))
+                       lambda urls: closed_loop(urls, KEYS, CLIENTS, rule()))
     s1, s3 = shares(one.served), shares(three.served)
     assert all(abs(s1[t] - s3[t]) <= 0.03 for t in CLIENTS), (s1, s3)
     assert all(abs(s3[t] - entitled(CLIENTS)[t]) <= 0.03 for t in CLIENTS), s3
@@ -50,8 +55,9 @@ def test_skewed_spread_is_fair_only_with_shared_state(redis_server, shared):
     c = contract()
 
     async def load(urls):
-        first, rest = await asyncio.gather(closed_loop(urls[:1], KEYS, {"a": 8}, DURATION_S),
-                                           closed_loop(urls, KEYS, {"b": 8, "c": 8}, DURATION_S))
+        both = rule(MIN_FINISHED if shared else 40)     # independent: its deficit is far beyond noise
+        first, rest = await asyncio.gather(closed_loop(urls[:1], KEYS, {"a": 8}, both),
+                                           closed_loop(urls, KEYS, {"b": 8, "c": 8}, both))
         return {**first.served, **rest.served}
 
     spec = FleetSpec(num_gateways=3, redis_url=redis_server.url if shared else None, fleet="skew")

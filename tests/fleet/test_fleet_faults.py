@@ -69,6 +69,8 @@ def test_redis_killed_and_restarted_nothing_lost(redis_server):
     for rec in recs:
         want[rec["tenant"]] = want.get(rec["tenant"], 0.0) + cost(c, rec["prompt_tokens"], rec["output_tokens"])
     assert served == want, (served, want)
+    per_class = {k.decode(): float(v) for k, v in r.hgetall("tf:chaos:served_tc").items()}
+    assert sum(per_class.values()) == sum(want.values()) and all("|" in k for k in per_class)
     backends = r.smembers("tf:chaos:backends")
     assert len(backends) == 2 and all(r.zcard(b"tf:chaos:lb:" + b) == 0 for b in backends)
 
@@ -149,6 +151,7 @@ def test_killed_gateway_leases_expire_within_ttl(redis_server, tmp_path):
     assert elapsed <= ttl + 1.0, elapsed
     assert before["gateways"]["doomed"]["live"] and before["gateways"]["survivor"]["queue"] == {"b": 1}
     assert before["backends"][be.url.split("://", 1)[1]] == 2 and before["tenants"]["a"]["leases"] == 2
+    assert before["tenants"]["a"]["dispatched"] == 2 and list(before["tenants"]["a"]["classes"]) in ([], ["interactive"])
     assert after.exit_code == 0 and "doomed" in after.output and "survivor" in after.output
     bad = CliRunner().invoke(app, ["fleet", "status", "--redis", "localhost:6379"])
     assert bad.exit_code == 2 and "--redis" in bad.output
@@ -169,3 +172,37 @@ def _first_token_s(url: str, key: str) -> float:
             if line.startswith("data: {"):
                 return time.monotonic() - t0
     return time.monotonic() - t0
+
+
+def test_killed_backend_fails_over_and_returns_every_lease(redis_server):
+    """A backend dies mid-run (its connections dropped): requests not started yet are
+    re-queued and go to the other backend, streams already running end with 502 (as with
+    one gateway); every lease comes back and the fleet's served cost matches the records."""
+    c = contract()
+    spec = FleetSpec(num_gateways=2, redis_url=redis_server.url, fleet="bekill", heartbeat_s=0.1)
+    with ExitStack() as stack:
+        fleet = start_fleet(spec, c, keyring(c), stack)
+
+        def kill_backend():
+            time.sleep(0.8)
+            srv = fleet.backend_servers[0].server
+            srv.force_exit = True
+            srv.should_exit = True
+        t = threading.Thread(target=kill_backend)
+        t.start()
+        out = asyncio.run(closed_loop(fleet.urls, KEYS, {"a": 4, "b": 4}, 2.0))
+        t.join()
+        assert wait_until(lambda: all(not gw.fleet._pending and not gw.jobs for gw in fleet.gateways), 10)
+        recs = [r for gw in fleet.gateways for r in gw.records.items]
+        down = [b.up for gw in fleet.gateways for b in gw.backends[:1]]
+    statuses = {k for v in out.counts.values() for k in v}
+    assert statuses <= {"200", "502"}, out.counts
+    assert sum(v.get("200", 0) for v in out.counts.values()) > 0 and not any(down)
+    r = redis.Redis.from_url(redis_server.url)
+    assert all(r.zcard(b"tf:bekill:lb:" + b) == 0 for b in r.smembers("tf:bekill:backends"))
+    served = {k.decode(): float(v) for k, v in r.hgetall("tf:bekill:served").items()}
+    want: dict[str, float] = {}
+    for rec in recs:
+        if rec["output_tokens"]:
+            want[rec["tenant"]] = want.get(rec["tenant"], 0.0) + cost(c, rec["prompt_tokens"], rec["output_tokens"])
+    assert served == want, (served, want)

@@ -17,12 +17,13 @@ RATE = {"c": (10.0, 50.0)}            # tenant c: 10 cost units/s, burst 50
 CAP = {"b": 2}
 
 
-def ask(i: int, tenant: str, backend: str, cost: float, now: float, backlog=(), gw: str = "g1") -> DispatchAsk:
+def ask(i: int, tenant: str, backend: str, cost: float, now: float, backlog=(), gw: str = "g1",
+        check_ahead: bool = True) -> DispatchAsk:
     rate, burst = RATE.get(tenant, (0.0, 0.0))
     return DispatchAsk(op_id=f"d{i}", lease_id=f"l{i}", gateway=gw, tenant=tenant, weight=TENANTS[tenant],
                        cost_pred=cost, cost_max=2 * cost, rate=rate, burst=burst,
                        max_concurrency=CAP.get(tenant, 0), backend=backend, window=3, lease_ttl_s=5.0,
-                       credit=20.0, backlog=tuple(backlog), now=now)
+                       credit=20.0, backlog=tuple(backlog), now=now, check_ahead=check_ahead)
 
 
 def done(i: int, a: DispatchAsk, actual: float, now: float) -> Completion:
@@ -38,7 +39,7 @@ def client(srv):
 
 OPS = st.lists(st.tuples(st.sampled_from(["dispatch", "complete"]), st.sampled_from(sorted(TENANTS)),
                          st.sampled_from(["b1", "b2"]), st.integers(1, 40), st.integers(0, 60),
-                         st.lists(st.sampled_from(sorted(TENANTS)), max_size=3)),
+                         st.lists(st.sampled_from(sorted(TENANTS)), max_size=3), st.booleans()),
                min_size=1, max_size=40)
 
 
@@ -50,13 +51,13 @@ def test_redis_and_local_store_agree(redis_server, ops):
         await r.flushall()
         remote, local = RedisStore(r, "eq"), LocalStore(share=1.0)
         now, live = 1000.0, []
-        for i, (kind, tenant, backend, cost, actual, backlog) in enumerate(ops):
+        for i, (kind, tenant, backend, cost, actual, backlog, fair) in enumerate(ops):
             now += 0.5
             if kind == "complete" and live:
                 a = live.pop(0)
                 x, y = await remote.complete(done(i, a, actual, now)), await local.complete(done(i, a, actual, now))
             else:
-                a = ask(i, tenant, backend, float(cost), now, backlog)
+                a = ask(i, tenant, backend, float(cost), now, backlog, check_ahead=fair)
                 x, y = await remote.dispatch(a), await local.dispatch(a)
                 if x.ok:
                     live.append(a)
@@ -90,6 +91,9 @@ def test_script_refusals_and_replay_once(redis_server):
         ans = await s.dispatch(ask(32, "a", "b4", 1.0, 100.0, backlog=("a", "b")))
         assert not ans.ok and ans.reason == REASON_AHEAD, ans
         assert (await s.dispatch(ask(33, "b", "b4", 1.0, 100.0, backlog=("a", "b")))).ok
+        # a tenant exempt from the rule (a min share) goes even when ahead
+        assert (await s.dispatch(ask(34, "a", "b4", 1.0, 100.0, backlog=("a", "b")))).reason == REASON_AHEAD
+        assert (await s.dispatch(ask(35, "a", "b4", 1.0, 100.0, backlog=("a", "b"), check_ahead=False))).ok
         # a completion replayed twice is applied once; one for a dispatch never applied is skipped
         first = ask(0, "a", "b1", 1.0, 100.0)
         c = done(40, first, 5.0, 101.0)

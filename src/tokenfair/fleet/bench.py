@@ -5,8 +5,9 @@ Fairness.  Per number of gateways N and injected latency (a sleep before every R
 on top of loopback's round trip), a fleet of N gateways in front of two fake FIFO backends
 (``rehearsal.py``) serves three backlogged tenants of weights 1, 2, 3 with a *skewed*
 spread: tenant ``a`` reaches only the first gateway, ``b`` and ``c`` every gateway
-round-robin (closed loop, 8 clients each).  The error is the largest gap, over tenants,
-between its share of the cost served while all are backlogged and its entitled share
+round-robin (closed loop, 8 clients each, for ``duration`` s and at least 150 finished
+requests).  The error is the largest gap, over tenants, between its share of the cost
+served while all are backlogged and its entitled share
 w_i / sum w; the same load through N independent gateways (no shared state) is the
 baseline.  Requests refused (non-200) are counted next to each figure.
 
@@ -34,11 +35,12 @@ from ..contract import Contract, parse_contract
 from ..serve.auth import KeyRing, hash_key
 from ..serve.overhead import wait_port
 from .redis_server import RedisServer, free_port
-from .rehearsal import FleetSpec, closed_loop, shares, start_fleet
+from .rehearsal import FleetSpec, StopRule, closed_loop, shares, start_fleet
 
 WEIGHTS = {"a": 1.0, "b": 2.0, "c": 3.0}
 KEYS = {t: f"bench-key-{t}" for t in WEIGHTS}
 CLIENTS_PER_TENANT = 8
+MIN_FINISHED = 150        # a run measures shares on at least this many requests
 
 
 def bench_contract() -> Contract:
@@ -52,14 +54,18 @@ def fairness_run(num_gateways: int, redis_url: str | None, latency_s: float, dur
                      timeout_s=max(1.0, 20 * latency_s))
     wp, wd = c.costs.prefill_token, c.costs.decode_token
 
+    rule = StopRule(duration_s, MIN_FINISHED)
+
     async def load(urls: list[str]):
+        rule.t0 = time.perf_counter()
         return await asyncio.gather(
-            closed_loop(urls[:1], KEYS, {"a": CLIENTS_PER_TENANT}, duration_s, wp=wp, wd=wd),
-            closed_loop(urls, KEYS, {"b": CLIENTS_PER_TENANT, "c": CLIENTS_PER_TENANT}, duration_s, wp=wp, wd=wd))
+            closed_loop(urls[:1], KEYS, {"a": CLIENTS_PER_TENANT}, rule, wp=wp, wd=wd),
+            closed_loop(urls, KEYS, {"b": CLIENTS_PER_TENANT, "c": CLIENTS_PER_TENANT}, rule, wp=wp, wd=wd))
 
     with ExitStack() as stack:
         fl = start_fleet(spec, c, KeyRing(c), stack)
         first, rest = asyncio.run(load(fl.urls))
+        outages = sum(getattr(gw, "fleet").num_degraded for gw in fl.gateways) if redis_url else 0
     served = {**first.served, **rest.served}
     counts = {**first.counts, **rest.counts}
     got = shares(served)
@@ -69,7 +75,8 @@ def fairness_run(num_gateways: int, redis_url: str | None, latency_s: float, dur
     refused = sum(n for v in counts.values() for k, n in v.items() if k != "200")
     return {"gateways": num_gateways, "shared": redis_url is not None, "latency_ms": latency_s * 1000,
             "error": error, "shares": got, "requests_per_s": num_ok / max(first.wall_s, rest.wall_s),
-            "refused": refused}
+            "measured_requests": rule.finished,
+            "refused": refused, "degraded": outages}
 
 
 def median_run(repeats: int, *args) -> dict:
@@ -80,6 +87,7 @@ def median_run(repeats: int, *args) -> dict:
     mid["rates"] = sorted(r["requests_per_s"] for r in runs)
     mid["requests_per_s"] = mid["rates"][len(runs) // 2]
     mid["refused"] = sum(r["refused"] for r in runs)
+    mid["degraded"] = sum(r["degraded"] for r in runs)
     return mid
 
 
@@ -117,6 +125,36 @@ def plot_fairness(rows: list[dict], path: Path) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def script_latency(url: str, num_ops: int = 2000, num_tenants: int = 8) -> dict:
+    """The dispatch path's share of the Redis cost: ``num_ops`` dispatch scripts (each
+    followed by its completion, off the timed path) from one asyncio client over loopback,
+    ``num_tenants`` tenants backlogged; P50 / P99 of the dispatch round trip."""
+    import redis.asyncio as aioredis
+
+    from .model import Completion, DispatchAsk
+    from .redis_store import RedisStore
+
+    async def run() -> list[float]:
+        client = aioredis.from_url(url)
+        store = RedisStore(client, "script-latency")
+        tenants = tuple(f"t{i}" for i in range(num_tenants))
+        times = []
+        for i in range(num_ops):
+            t = tenants[i % num_tenants]
+            ask = DispatchAsk(op_id=f"d{i}", lease_id=f"l{i}", gateway="g", tenant=t, weight=1.0, cost_pred=40.0,
+                              cost_max=40.0, rate=1e9, burst=1e9, max_concurrency=64, backend="b", window=64,
+                              lease_ttl_s=5.0, credit=2048.0, backlog=tenants)
+            start = time.perf_counter()
+            await store.dispatch(ask)
+            times.append(time.perf_counter() - start)
+            await store.complete(Completion(op_id=f"c{i}", lease_id=ask.lease_id, tenant=t, weight=1.0, backend="b",
+                                            cost_pred=40.0, cost_max=40.0, cost_actual=40.0, rate=1e9, burst=1e9,
+                                            credit=2048.0, dispatch_op=ask.op_id))
+        await client.aclose()
+        return times[100:]                       # after the script cache and connection warm up
+    return _pcts(asyncio.run(run()))
 
 
 def _pcts(xs: list[float]) -> dict:
@@ -208,10 +246,15 @@ def run_bench(out: Path, gateways: list[int], latencies_ms: list[float], duratio
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="tf-bench-fleet-") as tmp:
         work = Path(tmp)
+        srv = RedisServer(work / "redis-script", persist=False).start()
+        try:
+            script = script_latency(srv.url)
+        finally:
+            srv.stop()
         rows = fairness_table(gateways, latencies_ms, duration_s, work, repeats)
         latency = latency_run(rate, latency_duration_s, work) if latency_duration_s > 0 else None
     plot_fairness(rows, out / "fleet_fairness.png")
-    result = {"fairness": rows, "latency": latency, "cpus": os.cpu_count(),
+    result = {"fairness": rows, "latency": latency, "dispatch_script": script, "cpus": os.cpu_count(),
               "config": {"duration_s": duration_s, "clients_per_tenant": CLIENTS_PER_TENANT, "weights": WEIGHTS,
                          "repeats": repeats}}
     (out / "fleet_bench.json").write_text(json.dumps(result, indent=2))
@@ -220,14 +263,19 @@ def run_bench(out: Path, gateways: list[int], latencies_ms: list[float], duratio
 
 def format_bench(result: dict) -> str:
     lines = ["| gateways | state | Redis latency | fairness error (median; all runs) | shares a / b / c | "
-             "requests/s | refused |", "|---|---|---|---|---|---|---|"]
+             "requests/s | refused | fell back to local |", "|---|---|---|---|---|---|---|---|"]
     for r in result["fairness"]:
         s = r["shares"]
         every = ", ".join(f"{100 * e:.1f}" for e in r.get("errors", [r["error"]]))
         lines.append(f"| {r['gateways']} | {'fleet (Redis)' if r['shared'] else 'independent'} | "
                      f"{'+' + format(r['latency_ms'], 'g') + ' ms' if r['shared'] else '-'} | "
                      f"**{100 * r['error']:.1f}%** ({every}) | "
-                     f"{s['a']:.3f} / {s['b']:.3f} / {s['c']:.3f} | {r['requests_per_s']:.0f} | {r['refused']} |")
+                     f"{s['a']:.3f} / {s['b']:.3f} / {s['c']:.3f} | {r['requests_per_s']:.0f} | {r['refused']} | "
+                     f"{r.get('degraded', 0) if r['shared'] else '-'} |")
+    sc = result.get("dispatch_script")
+    if sc:
+        lines += ["", f"dispatch script round trip (loopback, 8 tenants backlogged, {sc['n']} calls): "
+                      f"p50 {sc['p50_ms']} ms, p99 {sc['p99_ms']} ms"]
     lat = result.get("latency")
     if lat:
         lines += ["", "| path | TTFT p50 / p99 (ms) | end-to-end p50 / p99 (ms) | errors |", "|---|---|---|---|"]

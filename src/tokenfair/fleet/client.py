@@ -135,7 +135,7 @@ class FleetClient:
         return Completion(op_id=self.next_id("c"), lease_id=ask.lease_id, tenant=ask.tenant, weight=ask.weight,
                           backend=ask.backend, cost_pred=ask.cost_pred, cost_max=ask.cost_max,
                           cost_actual=max(0.0, cost_actual), rate=ask.rate, burst=ask.burst, credit=ask.credit,
-                          dispatch_op=ask.op_id)
+                          dispatch_op=ask.op_id, klass=ask.klass)
 
     def complete_soon(self, ask: DispatchAsk, cost_actual: float) -> None:
         """Reconcile ``ask``'s charges with the request's true cost and release its lease

@@ -15,7 +15,8 @@ first copies the fleet's tags (S per tenant) and virtual time into the local pol
   * fairness across replicas: the tenant's tag is at most one request (its predicted cost /
     weight) ahead of every tenant backlogged anywhere in the fleet (heartbeats publish each
     replica's queue) that is not blocked by its own limits -- a replica holding only a
-    tenant that is ahead waits for the replicas serving the others;
+    tenant that is ahead waits for the replicas serving the others.  A tenant with a min
+    share is exempt (its guarantee may put it ahead of its weight share);
   * then the tag is charged the predicted cost (lifted to V - C / w first, the returning
     tenant's rule) and corrected to the true cost when the request ends.
 
@@ -113,7 +114,8 @@ class FleetGateway(Gateway):
                            cost_max=prompt + self.wd * max(req.max_tokens, req.predicted_output),
                            rate=rl.tokens_per_s if rl else 0.0, burst=rl.burst_tokens if rl else 0.0,
                            max_concurrency=spec.max_concurrency or 0, backend=b.name, window=b.window.limit,
-                           lease_ttl_s=self.fleet.lease_ttl_s, credit=self.policy.wfq.credit, backlog=backlog)
+                           lease_ttl_s=self.fleet.lease_ttl_s, credit=self.policy.wfq.credit, klass=req.klass,
+                           check_ahead=spec.min_share == 0, backlog=backlog)
 
     async def _round(self) -> None:
         now = self.now()

@@ -20,6 +20,7 @@ class Lease:
     tenant: str
     backend: str
     expires_s: float     # store clock
+    op_id: str = ""      # the dispatch that granted it
 
 
 @dataclass
@@ -32,7 +33,7 @@ class LocalState:
     leases: dict[str, Lease] = field(default_factory=dict)
     served: dict[str, float] = field(default_factory=dict)
     charged: dict[str, float] = field(default_factory=dict)
-    applied: set[str] = field(default_factory=set)                         # op ids
+    applied: set[str] = field(default_factory=set)   # dispatch op ids whose lease is not completed yet
 
 
 def _scaled(limit: int, share: float) -> int:
@@ -58,11 +59,13 @@ class LocalStore:
     def adopt(self, ask: DispatchAsk) -> None:
         """Count a lease Redis granted for ``ask`` (never expiring here: this gateway releases
         its own leases), so this store's windows see it while degraded."""
-        self.state.leases[ask.lease_id] = Lease(ask.tenant, ask.backend, math.inf)
+        self.state.leases[ask.lease_id] = Lease(ask.tenant, ask.backend, math.inf, ask.op_id)
         self.state.applied.add(ask.op_id)
 
     def release(self, lease_id: str) -> None:
-        self.state.leases.pop(lease_id, None)
+        lease = self.state.leases.pop(lease_id, None)
+        if lease is not None:
+            self.state.applied.discard(lease.op_id)
 
     def _level(self, tenant: str, rate: float, burst: float, now: float) -> float:
         b = self.state.bucket.get(tenant)
@@ -93,6 +96,8 @@ class LocalStore:
             wait = -level / (ask.rate * share)
             st.blocked[ask.tenant] = now + wait
             return REASON_RATE, wait
+        if not ask.check_ahead:
+            return "", -math.inf
         vb = s
         for j in set(ask.backlog) - {ask.tenant}:
             if st.blocked.get(j, -math.inf) > now:
@@ -119,7 +124,7 @@ class LocalStore:
         st.weights[ask.tenant] = ask.weight
         if ask.rate > 0:
             st.bucket[ask.tenant] = (level - ask.cost_max, now)
-        st.leases[ask.lease_id] = Lease(ask.tenant, ask.backend, now + ask.lease_ttl_s)
+        st.leases[ask.lease_id] = Lease(ask.tenant, ask.backend, now + ask.lease_ttl_s, ask.op_id)
         st.charged[ask.tenant] = st.charged.get(ask.tenant, 0.0) + ask.cost_pred
         st.blocked.pop(ask.tenant, None)
         st.applied.add(ask.op_id)
@@ -128,11 +133,9 @@ class LocalStore:
     async def complete(self, done: Completion) -> DispatchAnswer:
         st, share = self.state, self.share
         now = self.clock(done.now)
-        if done.op_id in st.applied:
+        if done.dispatch_op not in st.applied:      # never dispatched here, or completed already
             return self._answer(True, "", done.backend, now)
-        if done.dispatch_op and done.dispatch_op not in st.applied:
-            st.applied.add(done.op_id)
-            return self._answer(True, "", done.backend, now)
+        st.applied.discard(done.dispatch_op)
         s = st.tags.get(done.tenant, 0.0)
         delta = (done.cost_actual - done.cost_pred) / done.weight
         s = s + delta if delta >= 0 else max(s + delta, min(s, st.vtime - done.credit / done.weight))
@@ -144,7 +147,6 @@ class LocalStore:
         st.leases.pop(done.lease_id, None)
         st.served[done.tenant] = st.served.get(done.tenant, 0.0) + done.cost_actual
         st.blocked.pop(done.tenant, None)
-        st.applied.add(done.op_id)
         return self._answer(True, "", done.backend, now)
 
     def inflight_by_backend(self) -> dict[str, int]:

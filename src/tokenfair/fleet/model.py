@@ -34,6 +34,8 @@ class DispatchAsk:
     lease_ttl_s: float      # > 0, a lease not renewed within this expires
     credit: float           # >= 0, C of the WFQ: a returning tenant's lead is at most C / weight
     backlog: tuple[str, ...] = ()   # tenants with waiting requests at the asking gateway
+    klass: str = ""         # the request's class (per tenant and class service counters)
+    check_ahead: bool = True  # False: skip the cross-replica fairness rule (a tenant with a min share)
     force: bool = False     # replay of a decision taken while Redis was unreachable: no checks
     now: float = 0.0        # > 0 only in tests: the store's clock (else Redis TIME / monotonic)
 
@@ -62,6 +64,7 @@ class Completion:
     burst: float
     credit: float
     dispatch_op: str = ""   # the dispatch's op id: skipped (a no-op) if that dispatch was never applied
+    klass: str = ""
     now: float = 0.0
 
 

@@ -59,13 +59,13 @@ class RedisStore:
         args = [self.prefix, ask.op_id, ask.lease_id, ask.gateway, ask.tenant, _f(ask.weight), _f(ask.cost_pred),
                 _f(ask.cost_max), _f(ask.rate), _f(ask.burst), str(int(ask.max_concurrency)), ask.backend,
                 str(int(ask.window)), _f(ask.lease_ttl_s), _f(ask.credit), "1" if ask.force else "0",
-                _f(ask.now), *ask.backlog]
+                _f(ask.now), ask.klass, "1" if ask.check_ahead else "0", *ask.backlog]
         return parse_answer(await self._dispatch(keys=[], args=args))
 
     async def complete(self, done: Completion) -> DispatchAnswer:
         args = [self.prefix, done.op_id, done.lease_id, done.tenant, _f(done.weight), done.backend,
                 _f(done.cost_pred), _f(done.cost_max), _f(done.cost_actual), _f(done.rate), _f(done.burst),
-                _f(done.credit), _f(done.now), done.dispatch_op]
+                _f(done.credit), _f(done.now), done.dispatch_op, done.klass]
         return parse_answer(await self._complete(keys=[], args=args))
 
     async def heartbeat(self, hb: Heartbeat) -> FleetView:

@@ -79,17 +79,41 @@ def start_fleet(spec: FleetSpec, contract: Contract, keyring: KeyRing, stack: Ex
 @dataclass
 class LoadOutcome:
     served: dict[str, float]            # tenant -> cost (wp x prompt + wd x output) of requests finished
-                                        # within duration_s (the drain after it would even the shares out)
+                                        # before the stop rule fired (the drain after it would even the
+                                        # shares out)
     counts: dict[str, dict[str, int]]   # tenant -> status -> requests
     latencies_s: list[float]            # end-to-end time of each finished request
     wall_s: float
 
 
-async def closed_loop(urls: list[str], keys: dict[str, str], clients: dict[str, int], duration_s: float,
+@dataclass
+class StopRule:
+    """When closed-loop clients stop sending (shared by several loops): once ``duration_s``
+    has passed *and* ``min_finished`` requests finished -- so a slow machine runs longer
+    instead of measuring shares on a handful of requests -- or at ``max_s`` regardless."""
+    duration_s: float
+    min_finished: int = 0
+    max_s: float = 60.0
+    t0: float = field(default_factory=time.perf_counter)
+    finished: int = 0
+    stopped_s: float | None = None      # perf_counter time the rule fired
+
+    def should_stop(self) -> bool:
+        if self.stopped_s is None:
+            elapsed = time.perf_counter() - self.t0
+            if (elapsed >= self.duration_s and self.finished >= self.min_finished) or elapsed >= self.max_s:
+                self.stopped_s = time.perf_counter()
+        return self.stopped_s is not None
+
+
+async def closed_loop(urls: list[str], keys: dict[str, str], clients: dict[str, int], duration_s: float | StopRule,
                       max_tokens: int = 16, prompt_words: int = 8, wp: float = 1.0, wd: float = 1.0,
                       deadline_s: float = 60.0) -> LoadOutcome:
-    """``clients[t]`` clients per tenant for ``duration_s``; tenant t's n-th request goes to
-    ``urls[(n + offset_t) % len(urls)]``.  Bounded: no request starts after ``duration_s``."""
+    """``clients[t]`` clients per tenant until the stop rule fires (a number: that many
+    seconds); tenant t's n-th request goes to ``urls[(n + offset_t) % len(urls)]``.
+    ``served`` counts requests that finished before the rule fired (every tenant still
+    backlogged).  Bounded: no request starts after the rule fired."""
+    rule = duration_s if isinstance(duration_s, StopRule) else StopRule(duration_s)
     served: dict[str, float] = {t: 0.0 for t in clients}
     counts: dict[str, dict[str, int]] = {t: {} for t in clients}
     lat: list[float] = []
@@ -100,7 +124,7 @@ async def closed_loop(urls: list[str], keys: dict[str, str], clients: dict[str, 
         rr = {t: itertools.count(i) for i, t in enumerate(sorted(clients))}
 
         async def client(tenant: str) -> None:
-            while time.perf_counter() - t0 < duration_s:
+            while not rule.should_stop():
                 url = urls[next(rr[tenant]) % len(urls)]
                 start = time.perf_counter()
                 status, cost = await _one(http, url, keys[tenant], prompt, max_tokens, wp, wd)
@@ -108,8 +132,9 @@ async def closed_loop(urls: list[str], keys: dict[str, str], clients: dict[str, 
                 end = time.perf_counter()
                 if status == "200":
                     lat.append(end - start)
-                    if end - t0 <= duration_s:         # while every tenant is still backlogged
+                    if not rule.should_stop():          # while every tenant is still backlogged
                         served[tenant] += cost
+                        rule.finished += 1
                 else:
                     await asyncio.sleep(0.01)
 

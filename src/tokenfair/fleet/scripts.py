@@ -12,6 +12,8 @@ Keys, all under the prefix ``tf:{fleet}`` (``P``)::
   P:backends  set    backend names seen
   P:charged, P:served, P:dispatched, P:completed
               hashes tenant -> predicted cost charged / actual cost served / counts
+  P:served_tc, P:dispatched_tc
+              hashes "tenant|class" -> actual cost served / dispatches
   P:op:{id}   string an applied op (a dispatch kept 6 h, a completion 1 h): a replayed op is
               applied once; a completion whose dispatch was never applied is skipped
   P:gw        zset   gateway -> last heartbeat time
@@ -50,7 +52,7 @@ end
 """
 
 # ARGV: P op lease gw tenant weight cost_pred cost_max rate burst max_conc backend window
-#       lease_ttl credit force now backlog...
+#       lease_ttl credit force now class check_ahead backlog...
 DISPATCH = COMMON + r"""
 local op, lease, gw, tenant = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local w, cpred, cmax = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -82,25 +84,29 @@ if not force then
     redis.call('HSET', P .. ':blk', tenant, fmt(now - level / rate))
     return refuse('rate', -level / rate)
   end
-  local vb = S
+  local vb = -math.huge
+  if ARGV[19] == '1' then vb = S end
   local seen = {[tenant] = true}
   local function consider(j)
     if seen[j] then return end
     seen[j] = true
+    if ARGV[19] ~= '1' then return end
     local blocked = tonumber(redis.call('HGET', P .. ':blk', j))
     if blocked ~= nil and blocked > now then return end
     local wj = num(redis.call('HGET', P .. ':w', j), 1)
     local sj = math.max(num(redis.call('HGET', P .. ':S', j), 0), V - credit / wj)
     if sj < vb then vb = sj end
   end
-  for i = 18, #ARGV do consider(ARGV[i]) end
+  for i = 20, #ARGV do consider(ARGV[i]) end
   for _, g in ipairs(redis.call('ZRANGE', P .. ':gw', 0, -1)) do
     if g ~= gw then
       for _, j in ipairs(redis.call('HKEYS', P .. ':q:' .. g)) do consider(j) end
     end
   end
-  if S > vb + cpred / w then return refuse('ahead', 0) end
-  if vb > V then V = vb end
+  if ARGV[19] == '1' then
+    if S > vb + cpred / w then return refuse('ahead', 0) end
+    if vb > V then V = vb end
+  end
 end
 S = S + cpred / w
 redis.call('HSET', P .. ':S', tenant, fmt(S))
@@ -115,6 +121,7 @@ redis.call('ZADD', lt, now + ttl, lease)
 redis.call('SADD', P .. ':backends', backend)
 redis.call('HINCRBYFLOAT', P .. ':charged', tenant, cpred)
 redis.call('HINCRBY', P .. ':dispatched', tenant, 1)
+redis.call('HINCRBY', P .. ':dispatched_tc', tenant .. '|' .. ARGV[18], 1)
 redis.call('HDEL', P .. ':blk', tenant)
 redis.call('SET', opkey, '1', 'EX', 21600)
 redis.call('PUBLISH', P .. ':wake', backend .. '|' .. redis.call('ZCARD', lb))
@@ -122,7 +129,7 @@ return with_tags({'ok', '', fmt(V), redis.call('ZCARD', lb), '0'})
 """
 
 # ARGV: P op lease tenant weight backend cost_pred cost_max cost_actual rate burst credit now
-#       dispatch_op (the completion is skipped, and marked applied, if that op was never applied)
+#       dispatch_op (the completion is skipped, and marked applied, if that op was never applied) class
 COMPLETE = COMMON + r"""
 local op, lease, tenant = ARGV[2], ARGV[3], ARGV[4]
 local w, backend = tonumber(ARGV[5]), ARGV[6]
@@ -151,6 +158,7 @@ end
 redis.call('ZREM', lb, lease)
 redis.call('ZREM', P .. ':lt:' .. tenant, lease)
 redis.call('HINCRBYFLOAT', P .. ':served', tenant, actual)
+redis.call('HINCRBYFLOAT', P .. ':served_tc', tenant .. '|' .. (ARGV[15] or ''), actual)
 redis.call('HINCRBY', P .. ':completed', tenant, 1)
 redis.call('HDEL', P .. ':blk', tenant)
 redis.call('SET', opkey, '1', 'EX', 3600)

@@ -36,6 +36,13 @@ def read_status(r: Any, fleet: str, heartbeat_s: float = DEFAULT_HEARTBEAT_S) ->
                       "charged_cost": float(charged.get(t, 0.0)), "served_cost": float(served.get(t, 0.0)),
                       "share": float(served.get(t, 0.0)) / total if total > 0 else 0.0,
                       "leases": int(r.zcount(f"{p}:lt:{t}", now, "+inf"))}
+    per_class: dict[str, dict[str, dict]] = {}
+    disp_tc = _hash(r, f"{p}:dispatched_tc")
+    for key, v in _hash(r, f"{p}:served_tc").items():
+        t, _, k = key.partition("|")
+        per_class.setdefault(t, {})[k] = {"served_cost": float(v), "dispatched": int(disp_tc.get(key, 0))}
+    for t, v in tenants.items():
+        v["classes"] = per_class.get(t, {})
     info = _hash(r, f"{p}:gwinfo")
     gateways = {}
     for g, seen in r.zrange(f"{p}:gw", 0, -1, withscores=True):
@@ -59,6 +66,8 @@ def format_status(st: dict) -> str:
     for t, v in st["tenants"].items():
         lines.append(f"{t:<16}{v['weight']:>7.3g}{v['tag']:>11.4g}{v['share']:>8.1%}{v['served_cost']:>11.0f}"
                      f"{v['charged_cost']:>11.0f}{v['dispatched']:>7}{v['completed']:>7}{v['leases']:>7}")
+        for k, cv in sorted(v.get("classes", {}).items()):
+            lines.append(f"  class {k:<24}{cv['served_cost']:>27.0f}{'':>11}{cv['dispatched']:>7}")
     lines += ["", f"{'gateway':<24}{'live':>5}{'seen s ago':>11}{'running':>8}  queued per tenant / contract"]
     for g, v in st["gateways"].items():
         q = ", ".join(f"{k}={n}" for k, n in sorted(v["queue"].items())) or "-"
