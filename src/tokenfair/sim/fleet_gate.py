@@ -19,7 +19,9 @@ Prefix cache charge (the stated rule): a released request's prompt is charged as
 replica's prefix cache held (as a gateway reads ``usage.prompt_tokens_details.cached_tokens``);
 NVIDIA Dynamo's router charges uncached input only (a discount of 0).  Per-replica policies
 see the scheduler's token counts and charge cached tokens in full.
-Not modelled: the gateway's adaptive (AIMD) window (a fixed window here), its token-bucket
+The gateway's contract is the replicas' scaled to the fleet (as an operator configures the
+gateway): ``engine.max_running`` = window x replicas, ``max_long_prefills_per_tenant`` x
+replicas.  Not modelled: the gateway's adaptive (AIMD) window (a fixed window here), its token-bucket
 door check, retries, backend failures.
 """
 
@@ -49,7 +51,10 @@ class FleetGate:
         self.window = window
         self.max_running = window * num_replicas
         self.cached_discount = cached_discount
-        engine = contract.engine.model_copy(update={"max_running": self.max_running})
+        # the replicas' contract scaled to the fleet, as an operator sets the gateway's
+        engine = contract.engine.model_copy(update={
+            "max_running": self.max_running,
+            "max_long_prefills_per_tenant": contract.engine.max_long_prefills_per_tenant * num_replicas})
         self.contract = contract.model_copy(update={"engine": engine})
         self.policy = make_policy(policy)
         self.predictor = OnlinePredictor()

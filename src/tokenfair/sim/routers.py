@@ -34,6 +34,7 @@ class ReplicaView(Protocol):
 
 class Router:
     name = "base"
+    reads_state = True          # False: the choice never depends on the replicas' state
 
     def choose(self, replicas: Sequence[ReplicaView], hashes: Sequence[int]) -> int:
         raise NotImplementedError
@@ -41,6 +42,7 @@ class Router:
 
 class RoundRobin(Router):
     name = "round-robin"
+    reads_state = False
 
     def __init__(self) -> None:
         self._next = 0
