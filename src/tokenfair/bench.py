@@ -4,8 +4,10 @@
 requests queued over ``tenants`` tenants, slots full -- then the median wall time of
 ``schedule()`` + ``update_from_output()`` over repeated iterations.
 ``bench_sim``: one simulation per policy, each in a fresh process (so peak RSS is its own),
-reporting wall seconds, simulated requests per second and peak RSS; ``min_requests`` tiles
-the trace in time first (the 1,000,000-request run).
+reporting the loop's wall seconds and simulated requests per second, the whole command's
+(reading, run, isolated baselines, metrics, files), and peak RSS; ``min_requests`` tiles
+the trace in time first (the 1,000,000-request run).  ``bench_fleet`` (``bench_fleet.py``):
+the same for a fleet run.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .request import Request
 from .sched.interface import StepResult
 from .sched.registry import make_policy
 from .sched.scheduler import IterationScheduler
+from .sim.simulate import simulate, simulate_once
 
 
 def _steady_state(policy: str, running: int, waiting: int, tenants: int) -> IterationScheduler:
@@ -73,8 +76,26 @@ def bench_scheduler(policy: str, running: int = 256, waiting: int = 10_000, tena
 
 
 def _sim_child(spec: dict) -> dict:
+    """The loop alone (``simulate_once``), then -- unless ``whole`` is false -- the whole
+    command as ``tokenfair simulate`` runs it: reading the trace, the run, isolated baselines,
+    metrics and the three files (into a temporary folder)."""
+    contract, wl = _bench_workload(spec)
+    t0 = time.perf_counter()
+    res = simulate_once(wl, spec["policy"], contract, load_profile(spec.get("profile")))
+    wall = time.perf_counter() - t0
+    out = {"policy": spec["policy"], "requests": len(wl.rows), "wall_s": wall,
+           "requests_per_s": len(wl.rows) / wall, "engine_steps": res.recorder.num_steps}
+    del res
+    if spec.get("whole", True):
+        whole = _whole_command(spec, lambda: _bench_workload(spec),
+                               lambda wl, c, p: simulate(wl, spec["policy"], c, p))
+        out.update({"whole_wall_s": whole, "whole_requests_per_s": len(wl.rows) / whole})
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out | {"peak_rss_mb": rss_mb, "core": core_kind()}
+
+
+def _bench_workload(spec: dict):
     from .cli_common import resolve_workload
-    from .sim.simulate import simulate_once
     from .traces import spread_tenants
     wl, contract = resolve_workload(spec["workload"], spec["seed"])
     if spec.get("min_requests"):
@@ -85,23 +106,34 @@ def _sim_child(spec: dict) -> dict:
     if spec.get("max_requests"):
         from .traces import limit
         wl = limit(wl, spec["max_requests"])
-    contract = contract or parse_contract({})
+    return contract or parse_contract({}), wl
+
+
+def _whole_command(spec: dict, load, run) -> float:
+    """Wall seconds of ``load()`` (reading: contract, workload) + ``run(workload, contract,
+    profile)`` + writing the three files."""
+    import tempfile
+    from .output import write_run
     t0 = time.perf_counter()
-    res = simulate_once(wl, spec["policy"], contract, load_profile(spec.get("profile")))
-    wall = time.perf_counter() - t0
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"policy": spec["policy"], "requests": len(wl.rows), "wall_s": wall,
-            "requests_per_s": len(wl.rows) / wall, "peak_rss_mb": rss_mb,
-            "engine_steps": res.recorder.num_steps, "core": core_kind()}
+    contract, wl = load()
+    out = run(wl, contract, load_profile(spec.get("profile")))
+    with tempfile.TemporaryDirectory() as d:
+        write_run(d, out.records, out.summary, out.timeline)
+    return time.perf_counter() - t0
 
 
 def bench_sim(workload: str, policy: str, *, tenants: int | None = 20, seed: int = 0,
               max_requests: int | None = None, min_requests: int | None = None,
-              profile: str | None = None) -> dict:
+              profile: str | None = None, whole: bool = True) -> dict:
     """One policy in a fresh process.  ``min_requests``: tile the trace in time (copies back
     to back, ``traces.tile``) until it has that many rows, e.g. 1,000,000."""
     spec = {"workload": workload, "policy": policy, "tenants": tenants, "seed": seed,
-            "max_requests": max_requests, "min_requests": min_requests, "profile": profile}
+            "max_requests": max_requests, "min_requests": min_requests, "profile": profile, "whole": whole}
+    return run_child(spec)
+
+
+def run_child(spec: dict) -> dict:
+    """Run one benchmark ``spec`` in a fresh process (its peak RSS is its own)."""
     proc = subprocess.run([sys.executable, "-m", "tokenfair.bench", json.dumps(spec)],
                           capture_output=True, text=True)
     if proc.returncode != 0:
@@ -110,4 +142,9 @@ def bench_sim(workload: str, policy: str, *, tenants: int | None = 20, seed: int
 
 
 if __name__ == "__main__":
-    print(json.dumps(_sim_child(json.loads(sys.argv[1]))))
+    _spec = json.loads(sys.argv[1])
+    if _spec.get("kind") == "fleet":
+        from .bench_fleet import fleet_child
+        print(json.dumps(fleet_child(_spec)))
+    else:
+        print(json.dumps(_sim_child(_spec)))

@@ -12,6 +12,7 @@ import typer
 
 from .cli_common import (USER_ERRORS, _message, fail, report_skipped, resolve_contract,  # noqa: F401
                          resolve_workload, shape_workload)
+from .cli_sim_fleet import fleet_config
 from .contract import ContractError, contract_schema, load_contract
 from .costmodel import load_profile
 from .scenarios import SCENARIOS
@@ -49,7 +50,15 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
              rate_scale: Optional[float] = typer.Option(None, help="multiply the arrival rate"),
              spread_tenants: Optional[int] = typer.Option(None, min=1, help="spread requests over N tenants"),
              max_requests: Optional[int] = typer.Option(None, min=1, help="keep the first N requests"),
-            remap_tenants: Optional[Path] = typer.Option(None, help="YAML/JSON mapping old tenant -> new")) -> None:
+            remap_tenants: Optional[Path] = typer.Option(None, help="YAML/JSON mapping old tenant -> new"),
+             replicas: Optional[int] = typer.Option(None, min=1, help="simulate a fleet of N engine replicas"),
+             router: str = typer.Option("round-robin", help="fleet router: round-robin, least-loaded, kv-aware, "
+                                                             "prefix-aware, locality"),
+             fleet_policy: str = typer.Option("none", help="fair: the gateway's layers 1-3 in front of the fleet"),
+             prefix_cache: bool = typer.Option(False, help="fleet: cache prompt prefix blocks (hash_ids) per replica"),
+             gateway_window: Optional[int] = typer.Option(None, min=1, help="fleet gateway: requests in flight per replica"),
+             cached_discount: float = typer.Option(0.1, help="fleet gateway: charge for a cached prompt token (0-1)"),
+             load_bound: float = typer.Option(1.5, help="prefix-aware router: load bound (x the least load + 1)")) -> None:
     """Simulate one policy on a workload; write requests.jsonl, summary.json, timeline.json."""
     from .progress import stderr_progress
     from .output import summary_table, write_run
@@ -63,10 +72,16 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
         prof = load_profile(profile)
         from .sched.registry import make_policy
         make_policy(policy)
+        fleet = None if replicas is None else fleet_config(wl, c, prof, replicas, router, fleet_policy,
+                                                           prefix_cache, gateway_window, cached_discount, load_bound)
     except USER_ERRORS as err:
         fail(_message(err))
     report_skipped(wl)
-    res = run_sim(wl, policy, c, prof, isolated=isolated, progress=stderr_progress(f"{policy}"))
+    if fleet is not None:
+        from .sim.fleet_simulate import simulate_fleet
+        res = simulate_fleet(wl, policy, c, prof, fleet, isolated=isolated, progress=stderr_progress(f"{policy}"))
+    else:
+        res = run_sim(wl, policy, c, prof, isolated=isolated, progress=stderr_progress(f"{policy}"))
     write_run(out, res.records, res.summary, res.timeline)
     typer.echo(summary_table(res.summary))
     typer.echo(f"wrote {out}/requests.jsonl, summary.json, timeline.json")
@@ -153,8 +168,9 @@ def bench_sim_cmd(workload: str = typer.Argument("azure:conv"),
         if json_out:
             typer.echo(json.dumps(r))
         else:
-            typer.echo(f"{r['policy']:<8} requests={r['requests']} wall {r['wall_s']:.2f} s  "
-                       f"{r['requests_per_s']:.0f} requests/s  peak RSS {r['peak_rss_mb']:.0f} MB  core={r['core']}")
+            typer.echo(f"{r['policy']:<8} requests={r['requests']} loop {r['wall_s']:.2f} s  "
+                       f"{r['requests_per_s']:.0f} requests/s  whole command {r['whole_wall_s']:.2f} s  "
+                       f"{r['whole_requests_per_s']:.0f} requests/s  peak RSS {r['peak_rss_mb']:.0f} MB  core={r['core']}")
 
 
 def _register_optional() -> None:
@@ -182,6 +198,8 @@ def _register_optional() -> None:
     bench_app.command("vllm")(bench_vllm)
     from .cli_shedding import bench_shedding_cmd
     bench_app.command("shedding")(bench_shedding_cmd)
+    from .cli_sim_fleet import bench_fleet_cmd
+    bench_app.command("fleet-sim")(bench_fleet_cmd)
 
 
 _register_optional()

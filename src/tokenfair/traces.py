@@ -91,7 +91,9 @@ def load_workload(spec: str, *, seed: int = 0, skip_bad_rows: bool = False, num_
 
     Names: ``azure`` (code+conv as two tenants), ``azure:code``, ``azure:conv``, ``mooncake``
     (= ``mooncake:conversation``), ``mooncake:synthetic``, ``vtc``, ``servegen`` (the
-    language-m-small statistics; ``servegen:<folder>`` for another folder under servegen/).
+    language-m-small statistics; ``servegen:<folder>`` for another folder under servegen/),
+    ``chat[:key=value,...]`` (synthetic multi-turn chats with shared system prompts and prefix
+    hashes, ``tokenfair.prefix_workload``; needs no trace files).
     Names take precedence over files of the same name.  A path is sniffed by header/keys: Azure CSV, VTC CSV, Mooncake JSONL, a ServeGen folder,
     else tokenfair's own CSV/JSONL.  ``duration_s``, ``max_clients``, ``start_window_s`` and
     ``rate_scale`` apply to ServeGen only; ``num_tenants`` re-spreads any workload.
@@ -101,7 +103,10 @@ def load_workload(spec: str, *, seed: int = 0, skip_bad_rows: bool = False, num_
     kind, _, sub = spec.partition(":")
     kind = kind.strip().lower()
     named = kind in ("azure", "mooncake", "vtc", "servegen")  # names win; use ./vtc for a file
-    if named:
+    if kind == "chat":                # synthetic shared-prefix chats (tokenfair.prefix_workload)
+        from tokenfair.prefix_workload import generate_chat, parse_chat_spec
+        wl = generate_chat(parse_chat_spec(sub), seed)
+    elif named:
         root = Path(traces_dir) if traces_dir is not None else find_traces_dir()
         sub = sub.strip().lower()
         if kind == "azure":

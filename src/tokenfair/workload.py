@@ -168,4 +168,6 @@ def write_trace(rows: Iterable[TraceRow], path: str | Path) -> None:
             for f in ("deadline_s", "priority", "max_tokens"):
                 if getattr(r, f) is not None:
                     d[f] = getattr(r, f)
+            if r.prefix_hashes:
+                d["prefix_hashes"] = list(r.prefix_hashes)
             fh.write(json.dumps(d) + "\n")

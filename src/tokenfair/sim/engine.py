@@ -23,6 +23,9 @@ class SimEngine:
         self.stop_at: dict[Request, int] = {}
         self.busy_s = 0.0
         self.swap_s = 0.0
+        # request -> leading prompt tokens found in the replica's prefix cache (fleet runs with
+        # prefix caching; empty otherwise): their prefill costs nothing but the context they add
+        self.cached_tokens: dict[Request, int] = {}
 
     def add(self, req: Request, true_output_tokens: int) -> None:
         self._true_len[req] = true_output_tokens
@@ -31,6 +34,8 @@ class SimEngine:
     def forget(self, req: Request) -> None:
         self._true_len.pop(req, None)
         self.stop_at.pop(req, None)
+        if self.cached_tokens:
+            self.cached_tokens.pop(req, None)
 
     @property
     def true_lengths(self) -> dict[Request, int]:
@@ -48,6 +53,8 @@ class SimEngine:
         finished = [req for req, n in out.prefill
                     if n == req.num_uncomputed and req.num_output + 1 >= true_len[req]]
         prefill = [(n, req.num_computed) for req, n in out.prefill]
+        if self.cached_tokens and prefill:
+            prefill = self.uncached_prefill(out.prefill)
         decode = out.decode
         ending: list[Request] = []          # at their true length or max_tokens
         ctx = 0
@@ -69,6 +76,21 @@ class SimEngine:
         self.busy_s += dt + swap_s
         self.swap_s += swap_s
         return StepResult(duration_s=dt + swap_s, finished=finished, swap_s=swap_s)
+
+    def uncached_prefill(self, chunks: list[tuple[Request, int]]) -> list[tuple[int, int]]:
+        """The step's prefill chunks as the cost model charges them: the part of each chunk
+        inside its request's cached prefix is dropped (its context still counts)."""
+        cached = self.cached_tokens
+        charged: list[tuple[int, int]] = []
+        for req, n in chunks:
+            start = req.num_computed
+            skip = min(n, cached.get(req, 0) - start)
+            if skip > 0:
+                n -= skip
+                start += skip
+            if n > 0:
+                charged.append((n, start))
+        return charged
 
 
 class RowFedEngine:

@@ -9,6 +9,7 @@ from ..contract import Contract
 from ..costmodel import Profile
 from ..loop import RunResult, VirtualClock, run
 from ..metrics import group_metrics, request_record, summarize
+from ..sched.policy import Policy
 from ..sched.registry import make_policy
 from ..sched.scheduler import IterationScheduler
 from ..workload import Workload
@@ -22,7 +23,7 @@ class SimOutput:
     records: list[dict[str, Any]]
     summary: dict[str, Any]
     timeline: dict[str, Any]
-    run: RunResult
+    run: Any            # loop.RunResult, or sim.fleet.FleetRun for a fleet run
 
 
 def simulate_once(workload: Workload, policy: str, contract: Contract, profile: Profile,
@@ -45,17 +46,28 @@ def simulate(workload: Workload, policy: str, contract: Contract, profile: Profi
     timeline["swap_s"] = res.extra.get("swap_s", 0.0)
     iso_req = iso_ten = None
     if isolated:
-        chunk = min(res.scheduler.policy.max_chunk(), contract.engine.prefill_token_budget
-                    + (contract.engine.decode_token_budget if res.scheduler.policy.shared_budget else 0))
-        iso_req = isolated_e2e(workload.rows, contract, profile, chunk)
-        tenants = sorted(workload.tenants, key=lambda t: sum(1 for r in workload.rows if r.tenant == t))
-        iso_ten = {}
-        if len(tenants) > 1:
-            for t in tenants[:max_isolated_tenants]:
-                alone = simulate_once(workload.only_tenant(t), policy, contract, profile)
-                iso_ten[t] = group_metrics([request_record(r) for r in alone.requests], None)
+        iso_req, iso_ten = isolated_baselines(workload, policy, contract, profile, res.scheduler.policy,
+                                              max_isolated_tenants)
     summary = summarize(records, timeline, contract, iso_req, iso_ten)
     summary.update({"policy": policy, "profile": profile.name, "workload": workload.name,
                     **contract.identity(), "sim_wall_s": res.wall_s,
                     "predictor": res.scheduler.predictor.report()})
     return SimOutput(records, summary, timeline, res)
+
+
+def isolated_baselines(workload: Workload, policy: str, contract: Contract, profile: Profile,
+                       policy_obj: Policy, max_isolated_tenants: int = 32
+                       ) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+    """(each request's e2e alone on an empty engine, each tenant's metrics with its traffic
+    alone under ``policy``: the ``max_isolated_tenants`` smallest tenants, when there are two
+    or more).  ``policy_obj``: the run's policy (its chunk size and budget sharing)."""
+    chunk = min(policy_obj.max_chunk(), contract.engine.prefill_token_budget
+                + (contract.engine.decode_token_budget if policy_obj.shared_budget else 0))
+    iso_req = isolated_e2e(workload.rows, contract, profile, chunk)
+    tenants = sorted(workload.tenants, key=lambda t: sum(1 for r in workload.rows if r.tenant == t))
+    iso_ten: dict[str, dict[str, Any]] = {}
+    if len(tenants) > 1:
+        for t in tenants[:max_isolated_tenants]:
+            alone = simulate_once(workload.only_tenant(t), policy, contract, profile)
+            iso_ten[t] = group_metrics([request_record(r) for r in alone.requests], None)
+    return iso_req, iso_ten

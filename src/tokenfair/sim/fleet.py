@@ -1,0 +1,260 @@
+"""The fleet simulator: N engine replicas, a router, optional prefix caching and the fair
+gateway in front, on one deterministic event loop.
+
+A replica's turn (``Replica.turn``) is one step, one fast-forwarded decode run (it stops
+before the next time a request could land there) or going idle.  Without a gateway
+(``_run_routed``) an arrival goes straight to the replica the router picks and replicas
+advance lazily, each in its own time order; with the fair gateway (``_run_gated``) every
+event is in global (time, priority, sequence) order: an arrival (priority 0, sequence =
+trace position), a gateway wake-up (1), a replica's turn (2, sequence = replica index).
+One replica without a gateway makes exactly ``loop.run``'s calls (fingerprints).
+Cost: O(log N) per event for the event heap, O(N) per routing decision.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..contract import Contract
+from ..costmodel import Profile
+from ..intake import make_request
+from ..recorder import Recorder
+from ..request import Request, Status
+from ..sched.scheduler import IterationScheduler
+from ..workload import Workload
+from .fleet_gate import FleetGate
+from .prefix_cache import MOONCAKE_BLOCK_TOKENS, PrefixCache
+from .replica import Replica
+from .routers import DEFAULT_LOAD_BOUND, ROUTERS, make_router
+
+FLEET_POLICIES = ("none", "fair")
+ROUTER_STALENESS_S = 0.2        # how old a replica's state a router may read (see _run_routed)
+DEFAULT_CACHED_DISCOUNT = 0.1
+
+
+class FleetConfig(BaseModel):
+    """How the fleet is built (validated, frozen)."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    num_replicas: int = Field(default=1, ge=1)
+    router: str = "round-robin"
+    fleet_policy: str = "none"              # "fair": the gateway's layers 1-3 in front
+    gateway_policy: str = "fair"            # the gateway's policy when fleet_policy == "fair"
+    gateway_window: int | None = Field(default=None, ge=1)   # per replica; None: engine.max_running
+    prefix_cache: bool = False
+    cache_tokens: int | None = Field(default=None, ge=0)     # per replica; None: its KV capacity
+    cache_block_tokens: int = Field(default=MOONCAKE_BLOCK_TOKENS, ge=1)
+    cached_discount: float = Field(default=DEFAULT_CACHED_DISCOUNT, ge=0.0, le=1.0)
+    load_bound: float = Field(default=DEFAULT_LOAD_BOUND, ge=1.0)
+
+    @field_validator("router")
+    @classmethod
+    def _known_router(cls, v: str) -> str:
+        if v not in ROUTERS:
+            raise ValueError(f"unknown router {v!r}; choose one of {', '.join(ROUTERS)}")
+        return v
+
+    @field_validator("fleet_policy")
+    @classmethod
+    def _known_fleet_policy(cls, v: str) -> str:
+        if v not in FLEET_POLICIES:
+            raise ValueError(f"unknown fleet policy {v!r}; choose one of {', '.join(FLEET_POLICIES)}")
+        return v
+
+
+@dataclass
+class FleetRun:
+    requests: list[Request]             # one per trace row, in trace order (the one that ended it)
+    replica_of: list[int | None]        # the replica each row landed on (None: ended at the gateway)
+    replicas: list[Replica]
+    gate: FleetGate | None
+    end_s: float
+    wall_s: float
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def scheduler(self) -> IterationScheduler:
+        """The first replica's scheduler (the only one with one replica)."""
+        return self.replicas[0].sched
+
+    @property
+    def recorder(self) -> Recorder:
+        """The first replica's recorder (the fleet's timeline: ``fleet_metrics.fleet_timeline``)."""
+        return self.replicas[0].recorder
+
+
+def _replicas(policy: str, contract: Contract, profile: Profile, config: FleetConfig,
+              fast: bool) -> list[Replica]:
+    out = []
+    for i in range(config.num_replicas):
+        cache = None
+        if config.prefix_cache:
+            tokens = profile.kv_capacity_tokens if config.cache_tokens is None else config.cache_tokens
+            cache = PrefixCache(tokens // config.cache_block_tokens, config.cache_block_tokens)
+        out.append(Replica(i, policy, contract, profile, cache, fast))
+    return out
+
+
+class _Events:
+    """The replicas' turns in (wake time, replica index) order: a heap with lazy deletion
+    (an entry is live while its version is the replica's latest)."""
+
+    def __init__(self, replicas: list[Replica]) -> None:
+        self.replicas = replicas
+        self.heap: list[tuple[float, int, int]] = []
+        self.version = [0] * len(replicas)
+
+    def push(self, r: Replica) -> None:
+        self.version[r.index] += 1
+        if r.wake_s < math.inf:
+            heapq.heappush(self.heap, (r.wake_s, r.index, self.version[r.index]))
+
+    def peek_s(self) -> float:
+        heap, version = self.heap, self.version
+        while heap and heap[0][2] != version[heap[0][1]]:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else math.inf
+
+    def pop(self) -> Replica:
+        self.peek_s()
+        _, k, _ = heapq.heappop(self.heap)
+        self.version[k] += 1
+        return self.replicas[k]
+
+
+def _advance(r: Replica, t: float, more_coming: bool) -> None:
+    """Run ``r``'s turns due before ``t`` (a request may land at ``t``)."""
+    while r.wake_s < t:
+        r.turn(t, more_coming)
+
+
+def _kick_blocked(replicas: list[Replica], t: float) -> None:
+    """Nothing more arrives: a replica waiting for a request with work left takes a turn."""
+    for r in replicas:
+        if r.wake_s == math.inf and r.sched.has_work():
+            r.wake_s = max(r.now_s, t)
+
+
+def simulate_fleet_once(workload: Workload, policy: str, contract: Contract, profile: Profile,
+                        config: FleetConfig, progress: Callable[[int, int], None] | None = None,
+                        fast: bool = True) -> FleetRun:
+    wall0 = time.perf_counter()
+    replicas = _replicas(policy, contract, profile, config, fast)
+    router = make_router(config.router, config.load_bound)
+    rows = workload.rows
+    n = len(rows)
+    final: list[Request | None] = [None] * n
+    replica_of: list[int | None] = [None] * n
+    report = _progress(progress, n)
+    gate = None
+    if config.fleet_policy == "fair":
+        window = config.gateway_window or contract.engine.max_running
+        gate = FleetGate(config.gateway_policy, contract, profile, len(replicas), window, config.cached_discount)
+        _run_gated(rows, contract, replicas, router, gate, final, replica_of, report)
+    else:
+        _run_routed(rows, contract, replicas, router, final, replica_of, report)
+    if progress:
+        progress(n, n)
+    requests = [req for req in final if req is not None]
+    return FleetRun(requests, replica_of, replicas, gate, max(r.now_s for r in replicas),
+                    time.perf_counter() - wall0)
+
+
+def _progress(progress: Callable[[int, int], None] | None, n: int) -> Callable[[int], None]:
+    every = max(1, n // 20)
+    if progress is None:
+        return lambda i: None
+    return lambda i: progress(i, n) if i % every == 0 else None
+
+
+def _run_routed(rows, contract: Contract, replicas: list[Replica], router, final, replica_of, report) -> None:
+    """Requests go to replicas at arrival; replicas advance lazily.  A replica runs its turns
+    up to an arrival only when the request lands on it, or -- for a router that reads replica
+    state -- when its state is more than ``ROUTER_STALENESS_S`` old: routers see each
+    replica as of its last event, at most that stale (llm-d's router treats engine metrics
+    older than 200 ms as stale).  Replicas do not interact otherwise, so each one's events
+    stay in time order.  One replica: ``loop.run``'s calls exactly."""
+    events = _Events(replicas)
+    stale_s = ROUTER_STALENESS_S if router.reads_state and len(replicas) > 1 else math.inf
+    n = len(rows)
+    for i, row in enumerate(rows):
+        t = row.arrival_s
+        while events.peek_s() < t - stale_s:
+            r = events.pop()
+            _advance(r, t, True)
+            events.push(r)
+        req, reject = make_request(row, i, contract)
+        final[i] = req
+        if reject is not None:
+            replicas[0].sched._end(req, Status.REJECTED, reject, t)
+        else:
+            r = replicas[router.choose(replicas, row.prefix_hashes)]
+            _advance(r, t, True)
+            r.accept(req, row, t)
+            replica_of[i] = r.index
+            events.push(r)
+        report(i + 1)
+    _kick_blocked(replicas, rows[-1].arrival_s if n else 0.0)
+    for r in replicas:
+        _advance(r, math.inf, False)
+
+
+def _run_gated(rows, contract: Contract, replicas: list[Replica], router, gate: FleetGate, final,
+               replica_of, report) -> None:
+    """The fair gateway in front: every event in global (time, priority, sequence) order --
+    an arrival (0), a gateway wake-up (1), a replica's turn (2, by index) -- since a replica
+    ending a request lets the gateway release one to any replica."""
+    events = _Events(replicas)
+    n = len(rows)
+
+    def release(gw: Request, r: Replica, t: float) -> Request:
+        rr, _ = make_request(rows[gw.seq], gw.seq, contract)
+        r.accept(rr, rows[gw.seq], t)
+        replica_of[gw.seq] = r.index
+        final[gw.seq] = rr
+        events.push(r)
+        return rr
+
+    def hashes_of(req: Request):
+        return rows[req.seq].prefix_hashes
+
+    i = 0
+    while True:
+        t_arr = rows[i].arrival_s if i < n else math.inf
+        t_rep = events.peek_s()
+        t_gate = gate.wake_s
+        if t_arr == math.inf and t_rep == math.inf and t_gate == math.inf:
+            break
+        if t_arr <= t_rep and t_arr <= t_gate:
+            row = rows[i]
+            req, reject = make_request(row, i, contract)
+            final[i] = req
+            if reject is not None:
+                replicas[0].sched._end(req, Status.REJECTED, reject, row.arrival_s)
+            else:
+                gate.arrive(req, row.arrival_s)
+                gate.dispatch(row.arrival_s, replicas, router, hashes_of, release)
+            i += 1
+            if i == n:
+                _kick_blocked(replicas, row.arrival_s)
+                for r in replicas:
+                    events.push(r)
+            report(i)
+            continue
+        if t_gate < t_rep:
+            gate.dispatch(t_gate, replicas, router, hashes_of, release)
+            continue
+        r = events.pop()
+        queued = gate.policy.num_waiting() > 0
+        horizon = min(t_arr, t_gate, events.peek_s()) if queued else t_arr
+        r.turn(horizon, i < n or queued)
+        if gate.collect(r, r.now_s):
+            gate.dispatch(r.now_s, replicas, router, hashes_of, release)
+        events.push(r)
+    if gate.policy.num_waiting():
+        gate.fail_waiting("unschedulable: no replica can ever admit it", max(r.now_s for r in replicas))

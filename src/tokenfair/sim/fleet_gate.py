@@ -1,0 +1,178 @@
+"""The fair gateway in front of a simulated fleet: ``tokenfair gateway``'s layers 1-3, run
+through the gateway's own dispatch code (``sched/gateway_round.py``).
+
+  arrival   ``on_arrival`` (429-style rejection) then ``enqueue`` into the gateway's policy;
+  dispatch  a round (``begin_round`` + ``release_round``) at every arrival, every time a
+            replica ends a request the gateway released, and at the policy's wake-up: while
+            a replica has room in its window (``window`` requests released and not ended),
+            the policy picks the next request and the router picks the replica among those
+            with room; the replica gets a fresh request for the same trace row;
+  progress  the replica's first token is reported after the replica's turn that made it
+            (``on_served`` with the prompt charge and one token, as the proxy does); the
+            other output tokens are reported together when the request ends (the proxy
+            reports each streamed token), then ``on_finish`` settles the predicted charge, and
+            the gateway's time per output token (an EWMA, weight ``TPOT_EWMA_WEIGHT``) feeds
+            ``expire``.
+
+Prefix cache charge (the stated rule): a released request's prompt is charged as
+``uncached + ceil(cached_discount x cached)`` tokens, ``cached`` being the prompt tokens the
+replica's prefix cache held (as a gateway reads ``usage.prompt_tokens_details.cached_tokens``);
+NVIDIA Dynamo's router charges uncached input only (a discount of 0).  Per-replica policies
+see the scheduler's token counts and charge cached tokens in full.
+The gateway's contract is the replicas' scaled to the fleet (as an operator configures the
+gateway): ``engine.max_running`` = window x replicas, ``max_long_prefills_per_tenant`` x
+replicas.  Not modelled: the gateway's adaptive (AIMD) window (a fixed window here), its token-bucket
+door check, retries, backend failures.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+from ..contract import Contract
+from ..costmodel import Profile
+from ..kv import BlockPool
+from ..request import Request, Status
+from ..sched.gateway_round import begin_round, release_round
+from ..sched.predictor import OnlinePredictor
+from ..sched.registry import make_policy
+from .replica import Replica
+from .routers import Router
+
+TPOT_EWMA_WEIGHT = 0.1          # the gateway's per-backend EWMA weight (gateway_backend)
+UNBOUNDED_BLOCKS = 1 << 36      # the gateway holds no KV
+IDLE_POLL_S = 0.05              # the gateway's poll while requests wait (gateway_dispatch)
+
+
+class FleetGate:
+    def __init__(self, policy: str, contract: Contract, profile: Profile, num_replicas: int,
+                 window: int, cached_discount: float) -> None:
+        self.window = window
+        self.max_running = window * num_replicas
+        self.cached_discount = cached_discount
+        # the replicas' contract scaled to the fleet, as an operator sets the gateway's
+        engine = contract.engine.model_copy(update={
+            "max_running": self.max_running,
+            "max_long_prefills_per_tenant": contract.engine.max_long_prefills_per_tenant * num_replicas})
+        self.contract = contract.model_copy(update={"engine": engine})
+        self.policy = make_policy(policy)
+        self.predictor = OnlinePredictor()
+        self.policy.bind(self.contract, profile, BlockPool(UNBOUNDED_BLOCKS, profile.block_size), self.predictor)
+        self.num_running = 0
+        self.last_round_s = 0.0
+        self.tpot_ewma_s: float | None = None
+        self.wake_s = math.inf
+        # per replica: (gateway request, replica request, cached prompt tokens) released to it
+        # and not ended; ``unstarted``: those of them without a first token yet
+        self.pending: list[list[tuple[Request, Request, int]]] = [[] for _ in range(num_replicas)]
+        self.unstarted: list[list[tuple[Request, Request, int]]] = [[] for _ in range(num_replicas)]
+
+    # -- arrival --------------------------------------------------------------------------------
+    def arrive(self, req: Request, now: float) -> None:
+        req.predicted_output = self.predictor.predict(req)
+        reason = self.policy.on_arrival(req, now)
+        if reason is not None:
+            self._end(req, Status.REJECTED, reason, now)
+            return
+        req.status = Status.WAITING
+        self.policy.enqueue(req, now)
+
+    def _end(self, req: Request, status: Status, reason: str, now: float) -> None:
+        req.status, req.reason, req.finish_s = status, reason, now
+        if req.scheduled_s is not None:
+            self.policy.on_finish(req, now)
+
+    # -- a dispatch round -----------------------------------------------------------------------
+    def dispatch(self, now: float, replicas: Sequence[Replica], router: Router,
+                 hashes_of: Callable[[Request], Sequence[int]],
+                 release: Callable[[Request, Replica, float], Request]) -> None:
+        """One round at ``now``; ``release(gateway_request, replica, now)`` hands the trace row
+        to the replica and returns the replica's request."""
+        expired, self.last_round_s = begin_round(self.policy, now, self.last_round_s, self.tpot_ewma_s)
+        for req, reason in expired:
+            self._end(req, Status.EXPIRED, reason, now)
+        window = self.window
+
+        def choose(req: Request | None, tokens: int) -> Replica | None:
+            room = [r for r in replicas if len(self.pending[r.index]) < window]
+            if not room:
+                return None
+            if req is None:
+                return room[0]
+            return replicas[router.choose(room, hashes_of(req))]
+
+        def hand_over(req: Request, replica: Replica, tokens: int) -> None:
+            rr = release(req, replica, now)
+            cached = replica.engine.cached_tokens.get(rr, 0)
+            self.pending[replica.index].append((req, rr, cached))
+            self.unstarted[replica.index].append((req, rr, cached))
+
+        self.num_running = release_round(self.policy, now, self.num_running, self.max_running, choose, hand_over)
+        wake = self.policy.next_wakeup(now) if self.policy.num_waiting() else math.inf
+        self.wake_s = max(wake, now + IDLE_POLL_S) if wake < math.inf else wake
+
+    # -- outcomes ---------------------------------------------------------------------------------
+    def collect(self, replica: Replica, now: float) -> int:
+        """Report the first tokens ``replica`` produced and settle the requests it ended since
+        the last call; returns how many started or ended (a reason for a dispatch round).
+        O(released requests without a first token), plus O(released) when one ended."""
+        waiting = self.unstarted[replica.index]
+        num_started = 0
+        if waiting:
+            still = []
+            for entry in waiting:
+                gw, rr, cached = entry
+                if rr.first_token_s is not None:
+                    self._first_token(gw, rr, cached, now)
+                    num_started += 1
+                elif not rr.status.is_terminal:
+                    still.append(entry)
+            self.unstarted[replica.index] = still
+        pending = self.pending[replica.index]
+        if replica.load() >= len(pending):
+            return num_started                # every released request is still waiting or running
+        kept = []
+        num_ended = 0
+        for gw, rr, cached in pending:
+            if rr.status.is_terminal:
+                self._settle(gw, rr, cached, now)
+                num_ended += 1
+            else:
+                kept.append((gw, rr, cached))
+        self.pending[replica.index] = kept
+        self.num_running -= num_ended
+        return num_started + num_ended
+
+    def _first_token(self, gw: Request, rr: Request, cached: int, now: float) -> None:
+        """As the gateway's proxy does on a first streamed token: the prompt is served."""
+        gw.first_token_s = rr.first_token_s
+        gw.num_computed = gw.prompt_tokens + 1
+        gw.num_output = 1
+        prompt = gw.prompt_tokens - cached + math.ceil(self.cached_discount * cached)
+        self.policy.on_served(gw, prompt, 1, now)
+
+    def _settle(self, gw: Request, rr: Request, cached: int, now: float) -> None:
+        if rr.first_token_s is not None and gw.first_token_s is None:
+            self._first_token(gw, rr, cached, now)
+        more = rr.num_output - gw.num_output
+        gw.num_output, gw.num_computed = rr.num_output, rr.num_computed
+        gw.status, gw.reason, gw.finish_s = rr.status, rr.reason, rr.finish_s
+        if more > 0:
+            self.policy.on_served(gw, 0, more, now)   # the streamed tokens, reported at the end
+        if rr.first_token_s is not None and rr.finish_s is not None and rr.num_output > 1:
+            tpot = (rr.finish_s - rr.first_token_s) / (rr.num_output - 1)
+            e = self.tpot_ewma_s
+            self.tpot_ewma_s = tpot if e is None else e + TPOT_EWMA_WEIGHT * (tpot - e)
+        if rr.status is Status.FINISHED:
+            self.predictor.observe(gw, gw.num_output)
+        self.policy.on_finish(gw, now)
+
+    def fail_waiting(self, reason: str, now: float) -> None:
+        """Nothing can ever release what still waits: end it with ``reason``."""
+        while True:
+            req = self.policy.pick(now, set())
+            if req is None:
+                return
+            self.policy.take(req)
+            self._end(req, Status.FAILED, reason, now)
