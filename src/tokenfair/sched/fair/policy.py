@@ -4,8 +4,10 @@ The mechanics (``sched/scheduler.py``) build each step; this policy answers thei
 questions.  At arrival, a request whose predicted wait exceeds its class's max wait is shed
 (``admission.shed_over_max_wait``): under overload the tenant that floods gets 429s, not
 everyone a starving queue.  ``pick`` order:
-  1. a request past its class's max wait (overdue heap) whose tenant is not over its fair
-     share (S_i <= V + C / w_i), so no legal queue starves and no flood jumps the line;
+  1. a forced head (``guarantee.py``): a request past its class's max wait (overdue heap),
+     or the head of a tenant that has been backlogged with nothing running for its grace,
+     whose tenant is not over its fair share (S_i <= V + C / w_i), so no legal queue starves
+     and no flood jumps the line; one that does not fit keeps KV blocks and a slot free;
   2. a tenant, then a class, below its guaranteed min share while backlogged (shares are
      exponentially decayed service, time constant ``share_tau_s``);
   3. otherwise the tenant with the least finish tag (``wfq.py``) -- preferring, among the
@@ -38,6 +40,7 @@ from .preemption import PreemptionPolicy
 from .shares import SharesMixin
 from .tenant import TenantState
 from .tpot import DecodeSLOs
+from .guarantee import FORCE_AFTER_S, FORCE_FRACTION, ServiceGuarantee
 from .wfq import VirtualTimeWFQ
 
 
@@ -85,6 +88,12 @@ class FairPolicy(SharesMixin):
         self.wfq = VirtualTimeWFQ(credit=contract.engine.prefill_token_budget * max(self.wp, 1e-9))
         self.preemption = PreemptionPolicy(contract, profile)
         self.tenants = {}
+        self.backlogged = {}
+        self.guarantee = ServiceGuarantee()
+        waits = [k.max_wait_s for k in contract.classes.values() if k.max_wait_s is not None]
+        self.min_grace_s = min([FORCE_AFTER_S] + [FORCE_FRACTION * w for w in waits])
+        self._reserve = None
+        self.backlog_since_s = float("inf")
         self.guaranteed = []
         self.rate_limited = []
         self.overdue = LazyHeap()
@@ -96,6 +105,8 @@ class FairPolicy(SharesMixin):
         self.recent_total = 0.0
         self.num_queued = 0
         self.step_ewma_s = profile.step_s([], 1024, 1)
+        full = contract.engine.prefill_token_budget
+        self.prefill_rate = self.wp * full / max(profile.step_s([(full, 0)], 0, 0), 1e-9)
         self._cost = profile.cost               # the step-time arithmetic (chunk_s: batching.py)
         self._last_shaped = 0                   # the last shaped prefill budget (batching.py)
         self.first_service_s = None
@@ -174,10 +185,14 @@ class FairPolicy(SharesMixin):
             self.class_waiting[req.klass] += 1
         t.num_waiting += 1
         t.queued_cost[req.klass] = t.queued_cost.get(req.klass, 0.0) + self.predicted_cost(req)
+        if not self.num_queued:
+            self.backlog_since_s = now
         self.num_queued += 1
         self._rekey(t, now)
-        self._touch(t)
+        self._touch(t, now)
         if t.num_waiting == 1:
+            t.backlogged_since = now
+            self.backlogged[t.name] = t
             self.wfq.on_backlogged(t)
         else:
             self.wfq.update(t)
@@ -189,10 +204,13 @@ class FairPolicy(SharesMixin):
         left = t.queued_cost.get(req.klass, 0.0) - self.predicted_cost(req)
         t.queued_cost[req.klass] = max(0.0, left) if t.num_waiting else 0.0
         self.num_queued -= 1
+        if not self.num_queued:
+            self.backlog_since_s = float("inf")
         if req.klass in self.class_waiting:
             self.class_waiting[req.klass] -= 1
-        self._touch(t)
+        self._touch(t, self._now)
         if t.num_waiting == 0:
+            del self.backlogged[t.name]
             self.wfq.on_idle(t)
         else:
             self._rekey(t, self._now)
@@ -210,14 +228,14 @@ class FairPolicy(SharesMixin):
 
     def pick(self, now: float, blocked: set[str]) -> Request | None:
         self._now = now
-        e = self.overdue.top()
-        if e is not None:
-            due: float = e[0]
-            overdue: Request = e[-1]
-            if due <= now and overdue.tenant not in blocked:
-                t = self.tenants[overdue.tenant]
-                if t.vtime <= self.wfq.vnow + self.wfq.credit / t.weight:
-                    return overdue
+        self._reserve = None
+        forced = self._forced(now)
+        if forced is not None:
+            if forced.tenant not in blocked:
+                return forced
+            t = self.tenants[forced.tenant]
+            if self.admission.can_admit(t, forced, self.num_running, self.predicted_cost(forced), now):
+                self._reserve = forced          # it did not fit: keep room for it (guarantee.py)
         if self.guaranteed or self.class_min:
             r = self._below_guarantee(now, blocked)
             if r is not None:
@@ -225,6 +243,21 @@ class FairPolicy(SharesMixin):
         picked = self.wfq.pick(blocked, prefer=lambda x: self.is_light(x, now),
                                among=lambda x: _ttft_deadline(best_head(x.queues, now)))
         return best_head(picked.queues, now) if picked is not None else None
+
+    def within_share(self, t: TenantState) -> bool:
+        """``S_i <= V + C / w_i``: not ahead of the others by more than the carry-over credit."""
+        return t.vtime <= self.wfq.vnow + self.wfq.credit / t.weight
+
+    def _forced(self, now: float) -> Request | None:
+        """A head that must be served next (guarantee.py): an overdue request of a tenant
+        within its share, else the longest-starving tenant's past its grace."""
+        e = self.overdue.top()
+        if e is not None:
+            due: float = e[0]
+            overdue: Request = e[-1]
+            if due <= now and self.within_share(self.tenants[overdue.tenant]):
+                return overdue
+        return self.guarantee.due(now, self.min_grace_s, lambda t: best_head(t.queues, now), self.within_share)
 
     def _below_guarantee(self, now: float, blocked: set[str]) -> Request | None:
         total = self.recent_total
@@ -255,13 +288,18 @@ class FairPolicy(SharesMixin):
             long_prefills = sum(1 for r in t.running if r.num_uncomputed > chunk)
             if long_prefills >= self.contract.engine.max_long_prefills_per_tenant:
                 return False
+        keep = self._reserve
+        if (keep is not None and keep.tenant != req.tenant
+                and num_running + 2 > self.contract.engine.max_running):
+            return False                        # the forced head's slot stays free
         reserved_slots = self._reserved(t, num_running)[1]
         if (num_running + 1 > self.contract.engine.max_running - reserved_slots
                 and not self._within_share(t, 0, 1)):
             return False
         return self.admission.can_admit(t, req, num_running, self.predicted_cost(req), now)
 
-    def _touch(self, t: TenantState) -> None:
+    def _touch(self, t: TenantState, now: float) -> None:
+        self.guarantee.note(t, now)
         active = t.num_waiting > 0 or bool(t.running)
         if active != t.active:
             t.active = active
@@ -279,6 +317,9 @@ class FairPolicy(SharesMixin):
             # headroom free; one that is owed service (a prompt larger than its share,
             # say) is not blocked by reservations, or it could wait for ever
             need += self._reserved(t, self.num_running)[0]
+        keep = self._reserve
+        if keep is not None and keep.tenant != req.tenant:
+            need += self.pool.blocks_for(keep.num_tokens + 1)   # the forced head's blocks stay free
         return need
 
     def on_admit(self, req: Request, now: float) -> None:
@@ -289,7 +330,9 @@ class FairPolicy(SharesMixin):
             self.decode_slos.start(req)
         t.running.add(req)
         self.num_running += 1
-        self._touch(t)
+        if req is self._reserve:
+            self._reserve = None
+        self._touch(t, now)
         t.note_peak(now, t.kv_blocks() + self.pool.blocks_for(req.num_tokens + req.predicted_remaining),
                     len(t.running), PEAK_TAU_S)
         if req.charged == 0.0:

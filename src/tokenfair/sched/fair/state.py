@@ -24,6 +24,7 @@ from ..policy import DecodeHold, Policy
 from .admission import AdmissionControl
 from .ordering import LazyHeap
 from .preemption import PreemptionPolicy
+from .guarantee import ServiceGuarantee
 from .tenant import TenantState
 from .tpot import DecodeSLOs
 from .wfq import VirtualTimeWFQ
@@ -45,6 +46,12 @@ class FairState(Policy):
     wfq: VirtualTimeWFQ
     preemption: PreemptionPolicy
     tenants: dict[str, TenantState]         # first-seen order
+    backlogged: dict[str, TenantState]      # tenants with waiting requests (num_waiting > 0)
+    prefill_rate: float                     # cost/s of full-budget prefill steps (forecast.py)
+    guarantee: ServiceGuarantee             # starving tenants (guarantee.py)
+    min_grace_s: float                      # the shortest starving grace of any class
+    _reserve: Request | None                # a forced head that did not fit: room is kept for it
+    backlog_since_s: float                  # since when a request has waited throughout (inf: none waits)
     guaranteed: list[TenantState]           # tenants with a min share
     rate_limited: list[TenantState]
     overdue: LazyHeap                       # (enqueued + max_wait, seq)
@@ -77,7 +84,10 @@ class FairState(Policy):
     def overshare(self, r: Request) -> float:
         raise NotImplementedError
 
-    def _touch(self, t: TenantState) -> None:
+    def _touch(self, t: TenantState, now: float) -> None:
+        raise NotImplementedError
+
+    def within_share(self, t: TenantState) -> bool:
         raise NotImplementedError
 
     def under_share(self, t: TenantState, now: float, level: float | None = None) -> bool:
