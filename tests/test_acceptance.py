@@ -7,6 +7,7 @@ import pytest
 from tokenfair.acceptance import LIGHT, MAX_LIGHT_VS_ISOLATED, evaluate_scenario
 from tokenfair.costmodel import load_profile
 from tokenfair.scenarios import SCENARIOS
+from tokenfair.thresholds import evaluate, load_thresholds
 
 # burst-long: fair keeps the streams' TPOT under the SLO while the 9K-token burst prefills
 # (TPOT-shaped budget), which costs the burst ~2% of the engine: in-time goodput 0.975x vtc's
@@ -86,3 +87,11 @@ def test_burst_streams_stay_smooth_and_burst_finishes(results):
     assert s["fair"]["tenants"]["stream"]["tpot_s"]["p99"] <= 0.1
     assert s["fifo"]["tenants"]["stream"]["tpot_s"]["p99"] > 0.1          # FIFO does stutter
     assert s["fair"]["tenants"]["bulk"]["status"] == {"finished": s["fair"]["tenants"]["bulk"]["requests"]}
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_fair_passes_the_release_gate(results, name):
+    s = results[name]["summaries"]
+    checks = evaluate(s["fair"], load_thresholds(), s["fifo"])
+    assert any(c.name == "throughput_ratio_vs_fifo" for c in checks)     # same-horizon ratio present
+    assert [c for c in checks if not c.passed] == []
