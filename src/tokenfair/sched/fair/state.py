@@ -4,7 +4,7 @@ The fair policy's parts form one inheritance chain on this class, in the method 
 order the policy has always had::
 
     Policy <- FairState <- UrgencyMixin <- AccountingMixin <- BatchingMixin <- SharesMixin
-           <- FairPolicy
+           <- PickMixin <- FairPolicy
 
 so each part names the fields it uses with their types (a type checker and mypyc see them);
 ``FairPolicy.__init__`` and ``FairPolicy.bind`` assign them.  A part that calls a method
@@ -80,7 +80,7 @@ class FairState(Policy):
     headroom_slots: int
     _reserved_cache: tuple[dict[str, tuple[float, float]], float, float] | None
 
-    # -- defined further down the chain (FairPolicy, SharesMixin) ----------------------
+    # -- defined further down the chain (FairPolicy, PickMixin, SharesMixin) ---------------
     def overshare(self, r: Request) -> float:
         raise NotImplementedError
 
@@ -88,6 +88,9 @@ class FairState(Policy):
         raise NotImplementedError
 
     def within_share(self, t: TenantState) -> bool:
+        raise NotImplementedError
+
+    def predicted_cost(self, req: Request) -> float:
         raise NotImplementedError
 
     def under_share(self, t: TenantState, now: float, level: float | None = None) -> bool:
