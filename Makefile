@@ -1,5 +1,5 @@
 # tokenfair: two set-up commands that work on a fresh machine.
-#   make demo   -- builds .venv, installs tokenfair, compares every policy on the four
+#   make demo   -- builds .venv, installs tokenfair, compares every policy on the six
 #                  built-in stress scenarios, prints the table, writes reports/demo/report.html
 #   make test   -- builds .venv with the dev/engine/serve extras and runs the test suite
 PY ?= python3

@@ -18,6 +18,7 @@ from tokenfair.compare import compare_results, compare_table, run_compare, run_d
 from tokenfair.contract import parse_contract
 from tokenfair.costmodel import Profile
 from tokenfair.report import write_report
+from tokenfair.scenarios import SCENARIOS
 from tokenfair.thresholds import (Check, ThresholdsError, evaluate, load_thresholds, parse_thresholds,
                                   verdict)
 from tokenfair.workload import TraceRow, Workload, write_trace
@@ -92,7 +93,7 @@ def test_group_starvation_and_class_share_checks():
 def test_default_thresholds_file_loads_and_covers_the_scenarios():
     t = load_thresholds()
     assert t.version and t.default.min_jain is not None
-    for s in ("hol", "whale", "flood", "burst"):
+    for s in SCENARIOS:
         assert t.for_workload(s).min_throughput_ratio_vs_fifo is not None
 
 

@@ -22,6 +22,7 @@ COMPILED_MODULES = (
     "tokenfair.sched.fair.wfq", "tokenfair.sched.fair.admission", "tokenfair.sched.fair.preemption",
     "tokenfair.sched.fair.urgency", "tokenfair.sched.fair.accounting", "tokenfair.sched.fair.batching",
     "tokenfair.sched.fair.shares", "tokenfair.sched.fair.policy", "tokenfair.sched.fair.tpot",
+    "tokenfair.sched.fair.forecast", "tokenfair.sched.fair.guarantee", "tokenfair.sched.fair.picking",
     "tokenfair.sim.engine", "tokenfair.sim.fastforward", "tokenfair.sim.simulate",
 )
 

@@ -89,7 +89,7 @@ def compare(workload: str = typer.Argument(..., help="built-in scenario (hol, wh
 
 def demo(out: Path = typer.Option(Path("reports/demo"), help="output folder"),
          seed: int = typer.Option(0, help="seed of the built-in scenarios")) -> None:
-    """Compare every available policy on the four built-in scenarios; write one HTML report."""
+    """Compare every available policy on the six built-in scenarios; write one HTML report."""
     from .compare import run_demo
     run_demo(out, seed, DEFAULT_POLICIES, progress=lambda m: typer.echo(m))
     typer.echo(f"open {out}/report.html in a browser")

@@ -32,6 +32,9 @@ def summary_table(summary: dict) -> str:
              f"contract={summary['contract_version']}@{summary['contract_hash']}",
              f"requests={summary['requests']} status={summary['status']}  "
              f"throughput={summary['throughput_tokens_per_s']:.0f} tok/s  "
+             f"finished={summary.get('finished_tokens', 0):,} tok  "
+             f"in_time={summary.get('goodput', {}).get('in_time_tokens', 0):,} tok  "
+             f"not_finished={summary.get('outcomes') or '-'}  "
              f"jain_min={_f(summary['fairness']['jain_min'])}  starvation={summary['starvation_events']}  "
              f"preemptions={summary['preemptions']}  recovery={summary['recovery_cost_fraction']:.2%}",
              f"{'tenant':<16}{'reqs':>7}{'ttft p50':>10}{'ttft p99':>10}{'tpot p99':>10}{'e2e p99':>10}"

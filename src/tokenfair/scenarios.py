@@ -1,4 +1,4 @@
-"""The four built-in stress scenarios, one per classic way scheduling goes unfair.
+"""The six built-in stress scenarios, one per classic way scheduling goes unfair.
 
 Each is a seeded generator (``numpy.random.Generator``) of a trace plus the contract an
 operator would write for it (``data/contracts/<name>.yaml``).  Poisson arrivals; lengths
@@ -9,6 +9,12 @@ log-normal around the stated medians, clipped.
   tenants sending RAG-sized prompts now and then.
 * ``flood`` -- sustained front-end (interactive) flood next to a low-priority batch class.
 * ``burst`` -- streaming decodes, then a burst of 8K-token prefills from a bulk tenant.
+* ``burst-long`` -- six streaming tenants; a few hundred 6-12K-token prompts arrive within
+  seconds in a class with a 120 s max wait: the engine can serve most of them in time, so
+  shedding them at arrival would refuse work it could have done.
+* ``many-light`` -- twenty small tenants that together more than saturate the engine, next
+  to one whale that is backlogged throughout: "light first" must not starve the whale, and
+  every backlogged tenant is owed its share.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import numpy as np
 from .contract import Contract, load_contract
 from .workload import TraceRow, Workload
 
-SCENARIOS = ("hol", "whale", "flood", "burst")
+SCENARIOS = ("hol", "whale", "flood", "burst", "burst-long", "many-light")
 
 
 def _stream(rng: np.random.Generator, tenant: str, rate: float, t0: float, t1: float,
@@ -72,7 +78,24 @@ def _burst(rng: np.random.Generator) -> list[tuple]:
             + _stream(rng, "bulk", 40.0, 60.0, 65.0, (8000, 0.1, 6000, 10000), (50, 0.5, 4, 300)))
 
 
-_GENERATORS = {"hol": _hol, "whale": _whale, "flood": _flood, "burst": _burst}
+def _burst_long(rng: np.random.Generator) -> list[tuple]:
+    dur = 240.0
+    items: list[tuple] = []
+    for k in range(6):
+        items += _stream(rng, f"stream-{k}", 0.6, 0, dur, (300, 0.5, 16, 2000), (500, 0.4, 50, 2000))
+    return items + _stream(rng, "docs", 50.0, 60.0, 64.0, (9000, 0.2, 6000, 12000), (120, 0.5, 8, 600))
+
+
+def _many_light(rng: np.random.Generator) -> list[tuple]:
+    dur = 240.0
+    items = _stream(rng, "whale", 1.0, 0, dur, (2000, 0.5, 128, 8000), (400, 0.5, 16, 1500))
+    for k in range(20):
+        items += _stream(rng, f"light-{k:02d}", 0.5, 0, dur, (1500, 0.4, 64, 6000), (250, 0.4, 8, 1000))
+    return items
+
+
+_GENERATORS = {"hol": _hol, "whale": _whale, "flood": _flood, "burst": _burst, "burst-long": _burst_long,
+               "many-light": _many_light}
 
 
 def scenario_contract(name: str) -> Contract:

@@ -212,7 +212,7 @@ class AccountingMixin(UrgencyMixin):
             t.running.discard(req)
             self.num_running -= 1
         self.decode_slos.stop(req)
-        self._touch(t)
+        self._touch(t, now)
         unused = req.charged - req.used_cost
         if unused > 0:
             self.wfq.refund(t, unused)

@@ -4,8 +4,10 @@ The mechanics (``sched/scheduler.py``) build each step; this policy answers thei
 questions.  At arrival, a request whose predicted wait exceeds its class's max wait is shed
 (``admission.shed_over_max_wait``): under overload the tenant that floods gets 429s, not
 everyone a starving queue.  ``pick`` order:
-  1. a request past its class's max wait (overdue heap) whose tenant is not over its fair
-     share (S_i <= V + C / w_i), so no legal queue starves and no flood jumps the line;
+  1. a forced head (``guarantee.py``): a request past its class's max wait (overdue heap),
+     or the head of a tenant that has been backlogged with nothing running for its grace,
+     whose tenant is not over its fair share (S_i <= V + C / w_i), so no legal queue starves
+     and no flood jumps the line; one that does not fit keeps KV blocks and a slot free;
   2. a tenant, then a class, below its guaranteed min share while backlogged (shares are
      exponentially decayed service, time constant ``share_tau_s``);
   3. otherwise the tenant with the least finish tag (``wfq.py``) -- preferring, among the
@@ -35,28 +37,20 @@ from ..predictor import Predictor
 from .admission import AdmissionControl
 from .ordering import Key, LazyHeap, best_head, order_key
 from .preemption import PreemptionPolicy
-from .shares import SharesMixin
+from .picking import PickMixin
 from .tenant import TenantState
 from .tpot import DecodeSLOs
+from .guarantee import FORCE_AFTER_S, FORCE_FRACTION, ServiceGuarantee
 from .wfq import VirtualTimeWFQ
 
 
 PEAK_TAU_S: Final = 60.0
 
 
-def _ttft_deadline(r: Request | None) -> tuple[float, int]:
-    """Among light tenants (all within their share) the next admission is the head whose
-    first-token deadline comes first: a burst of light requests is served in arrival order
-    (for equal SLOs) rather than by finish tag, which minimises the worst TTFT among them.
-    ``r``: a backlogged tenant's head, which exists (``None`` only as ``best_head`` types it)."""
-    assert r is not None
-    return (r.enqueued_s + (r.ttft_slo_s or 0.0), r.seq)
-
-
-# the parts form one chain (state.py): FairPolicy -> SharesMixin -> BatchingMixin ->
+# the parts form one chain (state.py): FairPolicy -> PickMixin -> SharesMixin -> BatchingMixin ->
 # AccountingMixin -> UrgencyMixin -> FairState -> Policy, the method order of the mixins
 @mypyc_attr(allow_interpreted_subclasses=True)
-class FairPolicy(SharesMixin):
+class FairPolicy(PickMixin):
     name = "fair"
     shared_budget = False
     hol_blocking = False
@@ -85,6 +79,12 @@ class FairPolicy(SharesMixin):
         self.wfq = VirtualTimeWFQ(credit=contract.engine.prefill_token_budget * max(self.wp, 1e-9))
         self.preemption = PreemptionPolicy(contract, profile)
         self.tenants = {}
+        self.backlogged = {}
+        self.guarantee = ServiceGuarantee()
+        waits = [k.max_wait_s for k in contract.classes.values() if k.max_wait_s is not None]
+        self.min_grace_s = min([FORCE_AFTER_S] + [FORCE_FRACTION * w for w in waits])
+        self._reserve = None
+        self.backlog_since_s = float("inf")
         self.guaranteed = []
         self.rate_limited = []
         self.overdue = LazyHeap()
@@ -96,6 +96,8 @@ class FairPolicy(SharesMixin):
         self.recent_total = 0.0
         self.num_queued = 0
         self.step_ewma_s = profile.step_s([], 1024, 1)
+        full = contract.engine.prefill_token_budget
+        self.prefill_rate = self.wp * full / max(profile.step_s([(full, 0)], 0, 0), 1e-9)
         self._cost = profile.cost               # the step-time arithmetic (chunk_s: batching.py)
         self._last_shaped = 0                   # the last shaped prefill budget (batching.py)
         self.first_service_s = None
@@ -174,10 +176,14 @@ class FairPolicy(SharesMixin):
             self.class_waiting[req.klass] += 1
         t.num_waiting += 1
         t.queued_cost[req.klass] = t.queued_cost.get(req.klass, 0.0) + self.predicted_cost(req)
+        if not self.num_queued:
+            self.backlog_since_s = now
         self.num_queued += 1
         self._rekey(t, now)
-        self._touch(t)
+        self._touch(t, now)
         if t.num_waiting == 1:
+            t.backlogged_since = now
+            self.backlogged[t.name] = t
             self.wfq.on_backlogged(t)
         else:
             self.wfq.update(t)
@@ -189,10 +195,13 @@ class FairPolicy(SharesMixin):
         left = t.queued_cost.get(req.klass, 0.0) - self.predicted_cost(req)
         t.queued_cost[req.klass] = max(0.0, left) if t.num_waiting else 0.0
         self.num_queued -= 1
+        if not self.num_queued:
+            self.backlog_since_s = float("inf")
         if req.klass in self.class_waiting:
             self.class_waiting[req.klass] -= 1
-        self._touch(t)
+        self._touch(t, self._now)
         if t.num_waiting == 0:
+            del self.backlogged[t.name]
             self.wfq.on_idle(t)
         else:
             self._rekey(t, self._now)
@@ -208,45 +217,6 @@ class FairPolicy(SharesMixin):
     def num_waiting(self) -> int:
         return self.num_queued
 
-    def pick(self, now: float, blocked: set[str]) -> Request | None:
-        self._now = now
-        e = self.overdue.top()
-        if e is not None:
-            due: float = e[0]
-            overdue: Request = e[-1]
-            if due <= now and overdue.tenant not in blocked:
-                t = self.tenants[overdue.tenant]
-                if t.vtime <= self.wfq.vnow + self.wfq.credit / t.weight:
-                    return overdue
-        if self.guaranteed or self.class_min:
-            r = self._below_guarantee(now, blocked)
-            if r is not None:
-                return r
-        picked = self.wfq.pick(blocked, prefer=lambda x: self.is_light(x, now),
-                               among=lambda x: _ttft_deadline(best_head(x.queues, now)))
-        return best_head(picked.queues, now) if picked is not None else None
-
-    def _below_guarantee(self, now: float, blocked: set[str]) -> Request | None:
-        total = self.recent_total
-        if total <= 0:
-            return None
-        best: Request | None = None
-        best_gap = 0.0
-        for t in self.guaranteed:
-            if t.num_waiting and t.name not in blocked:
-                gap = t.spec.min_share - t.decayed_recent(now, self.share_tau_s) / total
-                if gap > best_gap:
-                    best, best_gap = best_head(t.queues, now), gap
-        for k, share in self.class_min.items():
-            if self.class_waiting[k]:
-                gap = share - self.class_recent[k] / total
-                e = self.class_heaps[k].top()
-                if gap > best_gap and e is not None:
-                    head: Request = e[-1]
-                    if head.tenant not in blocked:
-                        best, best_gap = head, gap
-        return best
-
     # -- admission -----------------------------------------------------------------------
     def can_admit(self, req: Request, now: float, num_running: int) -> bool:
         t = self.tenants[req.tenant]
@@ -255,13 +225,18 @@ class FairPolicy(SharesMixin):
             long_prefills = sum(1 for r in t.running if r.num_uncomputed > chunk)
             if long_prefills >= self.contract.engine.max_long_prefills_per_tenant:
                 return False
+        keep = self._reserve
+        if (keep is not None and keep.tenant != req.tenant
+                and num_running + 2 > self.contract.engine.max_running):
+            return False                        # the forced head's slot stays free
         reserved_slots = self._reserved(t, num_running)[1]
         if (num_running + 1 > self.contract.engine.max_running - reserved_slots
                 and not self._within_share(t, 0, 1)):
             return False
         return self.admission.can_admit(t, req, num_running, self.predicted_cost(req), now)
 
-    def _touch(self, t: TenantState) -> None:
+    def _touch(self, t: TenantState, now: float) -> None:
+        self.guarantee.note(t, now)
         active = t.num_waiting > 0 or bool(t.running)
         if active != t.active:
             t.active = active
@@ -279,6 +254,9 @@ class FairPolicy(SharesMixin):
             # headroom free; one that is owed service (a prompt larger than its share,
             # say) is not blocked by reservations, or it could wait for ever
             need += self._reserved(t, self.num_running)[0]
+        keep = self._reserve
+        if keep is not None and keep.tenant != req.tenant:
+            need += self.pool.blocks_for(keep.num_tokens + 1)   # the forced head's blocks stay free
         return need
 
     def on_admit(self, req: Request, now: float) -> None:
@@ -289,7 +267,9 @@ class FairPolicy(SharesMixin):
             self.decode_slos.start(req)
         t.running.add(req)
         self.num_running += 1
-        self._touch(t)
+        if req is self._reserve:
+            self._reserve = None
+        self._touch(t, now)
         t.note_peak(now, t.kv_blocks() + self.pool.blocks_for(req.num_tokens + req.predicted_remaining),
                     len(t.running), PEAK_TAU_S)
         if req.charged == 0.0:

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from mypy_extensions import mypyc_attr
 
+import math
 from typing import Final
 
 from ...request import Request, Status
 from .batching import BatchingMixin
+from .forecast import forecast_wait_s
 from .state import LIGHT_FRACTION
 from .tenant import TenantState
 
@@ -77,11 +79,11 @@ class SharesMixin(BatchingMixin):
         return self.recent_total / self.share_tau_s
 
     def predicted_wait_s(self, t: TenantState, req: Request, now: float) -> float:
-        """Predicted cost queued ahead of ``req`` in its tenant (classes of at least its base
-        priority) over the rate the tenant's queue drains: the predicted cost of its admissions
-        per second (decayed; both in predicted units, so prediction bias cancels; a tenant
-        with a queue is admitted at its real rate), never less than its weight share of the
-        engine's rate among all tenants (its guaranteed floor)."""
+        """The work-conserving forecast of ``req``'s wait (``forecast.py``): the predicted
+        cost queued ahead of it in its tenant (classes of at least its base priority), drained
+        at what the tenant gets when the capacity the tenants that are not backlogged leave
+        idle is shared by weight among the backlogged ones until each drains -- or at the
+        tenant's measured drain rate, if faster.  O(backlogged tenants)."""
         rate = self.service_rate(now)
         if rate is None:
             return 0.0
@@ -89,9 +91,28 @@ class SharesMixin(BatchingMixin):
         ahead = t.queued_ahead(cls.priority if cls is not None else req.priority, self.contract.classes)
         if ahead <= 0:
             return 0.0
-        floor = rate * t.weight / max(self.total_weight, t.weight)
-        drain = t.decayed_admitted(now, self.share_tau_s) / self.share_tau_s
-        return ahead / max(floor, drain, 1e-9)
+        tau = self.share_tau_s
+        others: list[tuple[float, float]] = []
+        backlogged_recent = 0.0
+        for o in self.backlogged.values():
+            backlogged_recent += o.decayed_recent(now, tau)
+            if o is not t:
+                queued = math.inf               # backlogged for a time constant: it keeps
+                if now - o.backlogged_since < tau:   # competing (its arrivals go on)
+                    queued = 0.0
+                    for c in o.queued_cost.values():
+                        queued += c
+                others.append((queued, o.weight))
+        idle_use = self.recent_total - backlogged_recent
+        if t.name not in self.backlogged:
+            idle_use -= t.decayed_recent(now, tau)
+        # backlogged for a whole time constant: the measured rate is what the engine serves
+        # under this load; otherwise it may only be what the load asked for
+        saturated = now - self.backlog_since_s >= tau
+        capacity = rate if saturated else max(rate, self.prefill_rate)
+        drain = t.decayed_admitted(now, tau) / tau
+        persistent = t.name in self.backlogged and now - t.backlogged_since >= tau
+        return forecast_wait_s(ahead, t.weight, others, capacity, max(0.0, idle_use) / tau, drain, persistent)
 
     def _share_of_active(self, t: TenantState) -> float:
         return t.weight / max(self.active_weight + (0.0 if t.active else t.weight), t.weight)

@@ -4,7 +4,7 @@ The fair policy's parts form one inheritance chain on this class, in the method 
 order the policy has always had::
 
     Policy <- FairState <- UrgencyMixin <- AccountingMixin <- BatchingMixin <- SharesMixin
-           <- FairPolicy
+           <- PickMixin <- FairPolicy
 
 so each part names the fields it uses with their types (a type checker and mypyc see them);
 ``FairPolicy.__init__`` and ``FairPolicy.bind`` assign them.  A part that calls a method
@@ -24,6 +24,7 @@ from ..policy import DecodeHold, Policy
 from .admission import AdmissionControl
 from .ordering import LazyHeap
 from .preemption import PreemptionPolicy
+from .guarantee import ServiceGuarantee
 from .tenant import TenantState
 from .tpot import DecodeSLOs
 from .wfq import VirtualTimeWFQ
@@ -45,6 +46,12 @@ class FairState(Policy):
     wfq: VirtualTimeWFQ
     preemption: PreemptionPolicy
     tenants: dict[str, TenantState]         # first-seen order
+    backlogged: dict[str, TenantState]      # tenants with waiting requests (num_waiting > 0)
+    prefill_rate: float                     # cost/s of full-budget prefill steps (forecast.py)
+    guarantee: ServiceGuarantee             # starving tenants (guarantee.py)
+    min_grace_s: float                      # the shortest starving grace of any class
+    _reserve: Request | None                # a forced head that did not fit: room is kept for it
+    backlog_since_s: float                  # since when a request has waited throughout (inf: none waits)
     guaranteed: list[TenantState]           # tenants with a min share
     rate_limited: list[TenantState]
     overdue: LazyHeap                       # (enqueued + max_wait, seq)
@@ -73,11 +80,17 @@ class FairState(Policy):
     headroom_slots: int
     _reserved_cache: tuple[dict[str, tuple[float, float]], float, float] | None
 
-    # -- defined further down the chain (FairPolicy, SharesMixin) ----------------------
+    # -- defined further down the chain (FairPolicy, PickMixin, SharesMixin) ---------------
     def overshare(self, r: Request) -> float:
         raise NotImplementedError
 
-    def _touch(self, t: TenantState) -> None:
+    def _touch(self, t: TenantState, now: float) -> None:
+        raise NotImplementedError
+
+    def within_share(self, t: TenantState) -> bool:
+        raise NotImplementedError
+
+    def predicted_cost(self, req: Request) -> float:
         raise NotImplementedError
 
     def under_share(self, t: TenantState, now: float, level: float | None = None) -> bool:

@@ -11,7 +11,7 @@ from .ordering import LazyHeap
 
 class TenantState:
     __slots__ = ("name", "seq", "spec", "weight", "vtime", "num_waiting", "running", "bucket",
-                 "bucket_t", "recent", "recent_t", "queued_cost", "queues", "idle_since", "kv_peak", "slots_peak", "peak_t", "head_cost", "stamp", "active", "admitted", "admitted_t", "held")
+                 "bucket_t", "recent", "recent_t", "queued_cost", "queues", "backlogged_since", "starved_since", "starve_stamp", "kv_peak", "slots_peak", "peak_t", "head_cost", "stamp", "active", "admitted", "admitted_t", "held")
 
     def __init__(self, name: str, spec: TenantSpec, now: float, seq: int = 0, *,
                  held: dict[str, int]) -> None:
@@ -34,7 +34,9 @@ class TenantState:
         self.recent_t = now
         self.queued_cost: dict[str, float] = {}   # class -> predicted cost of its waiting requests
         self.queues: dict[str, LazyHeap] = {}   # class -> its waiting requests (ordering.py)
-        self.idle_since = now
+        self.backlogged_since = now  # since when it has had waiting requests (when it has)
+        self.starved_since = math.inf  # since when it has waited with nothing running (inf: not)
+        self.starve_stamp = 0        # bumped when a starving spell starts or ends (guarantee.py)
         self.kv_peak = 0.0          # decayed peak of KV blocks held (+ the next admission)
         self.slots_peak = 0.0       # decayed peak of running requests
         self.peak_t = now

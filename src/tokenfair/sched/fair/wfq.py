@@ -95,23 +95,26 @@ class VirtualTimeWFQ:
              among: Callable[[TenantState], tuple[float, int]] | None = None) -> TenantState | None:
         """Least finish tag among backlogged tenants not in ``blocked``; with ``prefer``, the
         first of the ``look`` least that satisfies it, if any -- or, with ``among`` (a key),
-        the one of those preferred tenants with the least ``among(t)`` (O(look log T))."""
+        the one of those preferred tenants with the least ``among(t)`` (O(look log T)).  A
+        preferred tenant j counts only while its start tag S_j <= F_min + C / w_j: it may
+        run at most one request (and the credit) ahead of the least finish tag
+        (``guarantee.py``)."""
         if prefer is None:
             return self._pick(blocked)
         if among is not None:
             return self._pick_among(blocked, prefer, look, among)
-        first = self._pick(blocked)
-        if first is None or prefer(first):
-            return first
-        seen = {first.name}
-        for _ in range(look - 1):
-            t = self._pick(blocked | seen)
-            if t is None:
-                break
-            if prefer(t):
+        found = self._least(blocked, look)
+        if not found:
+            return None
+        least = self.tag(found[0])
+        for t in found:
+            if prefer(t) and t.vtime <= least + self.credit / t.weight:
                 return t
-            seen.add(t.name)
-        return first
+        return found[0]
+
+    def tag(self, t: TenantState) -> float:
+        """Its finish tag F_i = S_i + c_pred(h_i) / w_i."""
+        return t.vtime + t.head_cost / t.weight
 
     def _pick_among(self, blocked: set[str], prefer: Callable[[TenantState], bool], look: int,
                     among: Callable[[TenantState], tuple[float, int]]) -> TenantState | None:
@@ -121,7 +124,8 @@ class VirtualTimeWFQ:
         found = self._least(blocked, look)
         if not found:
             return None
-        liked = [t for t in found if prefer(t)]
+        bound = self.tag(found[0])
+        liked = [t for t in found if prefer(t) and t.vtime <= bound + self.credit / t.weight]
         return min(liked, key=among) if liked else found[0]
 
     def _pick(self, blocked: set[str]) -> TenantState | None:
