@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
+import sys
 
 from tokenfair.soak import SoakConfig, run_soak
 
@@ -23,7 +25,13 @@ def main() -> None:
     args = ap.parse_args()
     if args.requests <= 0 or args.rate <= 0:
         ap.error("--requests and --rate must be > 0")
-    report = run_soak(SoakConfig(num_requests=args.requests, seed=args.seed, policy=args.policy, rate_per_s=args.rate))
+    def progress(arrived, rep):
+        print(json.dumps({"arrived": arrived, "ended": sum(rep.by_status.values()), "steps": rep.num_steps,
+                          "max_live": rep.max_live, "wall_s": round(rep.wall_s, 1),
+                          "rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}),
+              file=sys.stderr, flush=True)
+    report = run_soak(SoakConfig(num_requests=args.requests, seed=args.seed, policy=args.policy, rate_per_s=args.rate),
+                      progress)
     print(json.dumps({"policy": args.policy, "seed": args.seed, **report.as_dict()}))
 
 

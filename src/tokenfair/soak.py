@@ -215,7 +215,8 @@ class _Soak:
         ended, self.sched.ended = self.sched.ended, []
         return ended
 
-    def run(self) -> SoakReport:
+    def run(self, progress=None, every: int = 100_000) -> SoakReport:
+        """``progress(arrived, report)`` is called every ``every`` arrivals."""
         t0 = time.perf_counter()
         now, i, n = 0.0, 0, self.cfg.num_requests
         next_arrival = self.rng.expovariate(self.cfg.rate_per_s)
@@ -223,6 +224,9 @@ class _Soak:
             while i < n and next_arrival <= now:
                 self.arrive(i, next_arrival)
                 i += 1
+                if progress is not None and i % every == 0:
+                    self.rep.wall_s = time.perf_counter() - t0
+                    progress(i, self.rep)
                 next_arrival += self.rng.expovariate(self.cfg.rate_per_s)
             now = self.step(now, next_arrival if i < n else float("inf"))
         self.check_empty()
@@ -239,6 +243,6 @@ class _Soak:
         assert not self.sim.true_lengths and not self.sim.stop_at, "the engine still holds requests"
 
 
-def run_soak(cfg: SoakConfig) -> SoakReport:
+def run_soak(cfg: SoakConfig, progress=None) -> SoakReport:
     """Run the soak; raises AssertionError at the first broken invariant."""
-    return _Soak(cfg).run()
+    return _Soak(cfg).run(progress)

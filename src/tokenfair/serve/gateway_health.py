@@ -70,10 +70,11 @@ async def timed_lines(lines, first_timeout_s: float, inter_chunk_timeout_s: floa
     while True:
         limit = inter_chunk_timeout_s if got_first() else first_timeout_s
         try:
-            line = await asyncio.wait_for(it.__anext__(), timeout=limit)
+            async with asyncio.timeout(limit):      # a timer per line, no task (wait_for makes one)
+                line = await it.__anext__()
         except StopAsyncIteration:
             return
-        except asyncio.TimeoutError:
+        except TimeoutError:
             what = "next chunk" if got_first() else "first token"
             raise ChunkTimeout(f"no {what} within {limit:g} s") from None
         yield line

@@ -99,10 +99,16 @@ class Job:
                 return "".join(parts), ev
 
 
-class RecordSink:
-    """Terminal request records: the last ``keep`` in memory, all appended to ``path``."""
+RECORDS_IN_MEMORY = 10_000
 
-    def __init__(self, path: str | Path | None = None, keep: int = 100_000) -> None:
+
+class RecordSink:
+    """Terminal request records: the last ``keep`` in memory, all appended to ``path``.
+
+    The in-memory ring is what a long-lived server's memory grows by until it is full
+    (about 2.5 KB a record: ~25 MB at the default); the file has them all."""
+
+    def __init__(self, path: str | Path | None = None, keep: int = RECORDS_IN_MEMORY) -> None:
         self.items: deque[dict] = deque(maxlen=keep)
         self._lock = threading.Lock()
         self._fh = None
