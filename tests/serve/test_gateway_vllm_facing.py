@@ -46,7 +46,7 @@ def test_parse_vllm_metrics_sums_engines_and_ignores_other_names():
 
 def test_saturation_window_grows_until_the_backend_queues():
     cfg = WindowConfig(initial=2, min=1, max=64)
-    w = SaturationWindow(cfg, SaturationConfig(growth=0.5))
+    w = SaturationWindow(cfg, SaturationConfig(growth=0.5, max_starting=4))
     assert isinstance(make_window(cfg, None), type(w.latency)) and not w.is_driven(0.0)
     inflight = 2
     for i in range(6):                               # not saturated, window in use: grows fast
@@ -63,7 +63,7 @@ def test_saturation_window_grows_until_the_backend_queues():
     assert not w.on_reading(Saturation(0, 5, 0.1, 8.0), 5)       # window not in use: no growth
     assert w.window == 10 < big
     w.on_reading(Saturation(0, 10, 0.1, 9.0), 10, starting=7)    # 7 of ours late: a prefill backlog
-    assert w.window == 10 - (7 - SaturationConfig().max_starting)
+    assert w.window == 10 - (7 - 4)
     assert not w.is_driven(20.0)                     # stale reading: the TTFT rule is back
     before = w.window
     w.on_first_token(0.1, 10, 19.9, 10, 20.0)

@@ -16,7 +16,7 @@ Per reading (``poll_s`` apart; ``inflight``: this gateway's requests on the back
 ``starting``: those of them whose first token is late -- released longer ago than the TTFT
 rule's target for their prompt -- which the gateway knows itself):
 
-  * requests waiting (``> max_waiting``), or more than ``max_starting`` of ours late (a
+  * requests waiting (``> max_waiting``), or (with ``max_starting`` set) more of ours late (a
     prefill backlog: vLLM admits a burst at once and works through the prompts chunk by
     chunk, so its own queue looks empty while a new request would wait behind them):
     window = what the backend runs of ours,
@@ -53,7 +53,9 @@ class SaturationConfig:
     poll_s: float = 0.25             # between readings of one backend's /metrics
     max_age_s: float = 2.0           # an older reading no longer drives the window
     growth: float = 0.5              # unsaturated, window in use: += max(1, growth x window)
-    max_starting: int = 4            # our requests on the backend without a first token, at most
+    # late first tokens tolerated (None: not used, the default; the tokenfair bench vllm runs
+    # showed no clear gain on the CPU backend, docs/BENCHMARKS.md)
+    max_starting: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_waiting < 0 or not 0 < self.max_kv_usage <= 1 or self.poll_s <= 0 or self.growth <= 0:
@@ -134,7 +136,7 @@ class SaturationWindow:
         self.reading = reading
         lat, cfg = self.latency, self.cfg
         before = lat.window
-        backlog = starting - self.sat.max_starting
+        backlog = 0 if self.sat.max_starting is None else starting - self.sat.max_starting
         if reading.num_waiting > self.sat.max_waiting or backlog > 0:
             lat.window = max(cfg.min, min(lat.window, inflight - max(reading.num_waiting, backlog)))
         elif reading.kv_usage >= self.sat.max_kv_usage:
