@@ -49,7 +49,7 @@ test-vllm:
 
 bench-vllm:
 	@model=$$(bash scripts/vllm-setup.sh) || exit 1; model=$$(echo "$$model" | tail -n 1); \
-	  nice -n 5 .venv-vllm/bin/tokenfair bench vllm --model "$$model"
+	  nice -n 5 .venv-vllm/bin/tokenfair bench vllm --model "$$model" --out reports/bench-vllm/result.json
 
 # the Azure conv trace tiled in time to 1,000,000+ requests (minutes per policy)
 bench-1m: venv-dev

@@ -187,3 +187,21 @@ def test_version_check_names_the_versions(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", fake)
     with pytest.raises(VllmInterfaceError, match=r"built for vLLM 0\.32\.0; found vLLM 0\.1\.0"):
         check_vllm_version()
+
+
+def test_prefill_budget_shaped_only_while_a_running_request_has_a_tpot_slo():
+    contract = {**CONTRACT, "classes": {"batch": {"priority": 0},
+                                        "interactive": {"priority": 20, "tpot_slo_s": 0.05}}}
+    for klass, shaped in (("interactive", True), ("batch", False)):
+        clock = Clock()
+        b = bridge(contract=contract, clock=clock)
+        for i in range(4):
+            b.arrive(vreq(f"{klass}{i}", "a", prompt=32, max_tokens=50, klass=klass))
+        running: list = []
+        while admit_next(b, running, set()) is not None:
+            pass
+        run_step(b, running, clock)                   # prefill
+        run_step(b, running, clock)                   # 4 decodes: the next budget sees them
+        budget = b.before_step(running, 200)
+        full = b.contract.engine.prefill_token_budget
+        assert (budget < full) == shaped, (klass, budget, full)

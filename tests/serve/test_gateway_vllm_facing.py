@@ -11,8 +11,8 @@ import pytest
 
 from tokenfair.serve.backend_identity import tag_body, vllm_priority
 from tokenfair.serve.gateway import WindowConfig
-from tokenfair.serve.saturation import (Saturation, SaturationConfig, SaturationWindow, make_window,
-                                        metrics_url, parse_vllm_metrics)
+from tokenfair.serve.saturation import (Saturation, SaturationConfig, SaturationWindow, late_first_tokens,
+                                        make_window, metrics_url, parse_vllm_metrics)
 
 VLLM_PAGE = """# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
 # TYPE vllm:num_requests_waiting gauge
@@ -46,7 +46,7 @@ def test_parse_vllm_metrics_sums_engines_and_ignores_other_names():
 
 def test_saturation_window_grows_until_the_backend_queues():
     cfg = WindowConfig(initial=2, min=1, max=64)
-    w = SaturationWindow(cfg, SaturationConfig(growth=0.5))
+    w = SaturationWindow(cfg, SaturationConfig(growth=0.5, max_starting=4))
     assert isinstance(make_window(cfg, None), type(w.latency)) and not w.is_driven(0.0)
     inflight = 2
     for i in range(6):                               # not saturated, window in use: grows fast
@@ -62,12 +62,28 @@ def test_saturation_window_grows_until_the_backend_queues():
     assert w.window == 10
     assert not w.on_reading(Saturation(0, 5, 0.1, 8.0), 5)       # window not in use: no growth
     assert w.window == 10 < big
+    w.on_reading(Saturation(0, 10, 0.1, 9.0), 10, starting=7)    # 7 of ours late: a prefill backlog
+    assert w.window == 10 - (7 - 4)
     assert not w.is_driven(20.0)                     # stale reading: the TTFT rule is back
+    before = w.window
     w.on_first_token(0.1, 10, 19.9, 10, 20.0)
     w.on_first_token(5.0, 10, 20.0, 10, 25.0)        # queueing by latency: shrinks
-    assert w.window < 10
+    assert w.window < before
     with pytest.raises(ValueError):
         SaturationConfig(max_kv_usage=0)
+
+
+def test_late_first_tokens_counts_only_requests_past_their_ttft_target():
+    from types import SimpleNamespace
+    w = SaturationWindow(WindowConfig(tolerance=2.0, slack_s=0.0), SaturationConfig())
+    b = SimpleNamespace(window=w)
+    job = lambda released, first=None: SimpleNamespace(  # noqa: E731
+        released_s=released, req=SimpleNamespace(first_token_s=first, prompt_tokens=100))
+    jobs = [job(9.5), job(9.2), job(9.9, first=10.0)]
+    assert late_first_tokens(b, jobs, 10.0) == 0                 # no TTFT seen: 1 s allowed
+    assert late_first_tokens(b, jobs + [job(8.0)], 10.0) == 1
+    w.on_first_token(0.2, 100, 0.0, 1, 0.2)                      # baseline 0.2 s: target 0.4 s
+    assert late_first_tokens(b, jobs, 10.0) == 2
 
 
 def _gateway(h, backends, **kw):

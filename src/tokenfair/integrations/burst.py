@@ -118,6 +118,17 @@ def run_burst(url: str, loads: list[TenantLoad], model: str = "smollm2",
     return asyncio.run(run_burst_async(url, loads, model, keys))
 
 
+def run_side_by_side(urls: dict[str, str], loads: list[TenantLoad], model: str = "smollm2",
+                     keys: dict[str, dict[str, str] | None] | None = None) -> dict[str, list[Result]]:
+    """The same workload on several servers at the same time (one event loop), so every
+    side sees the same load from the machine's other work: on a shared machine a fairer
+    comparison than one after the other.  ``keys``: per server name, or none."""
+    async def run() -> list[list[Result]]:
+        return list(await asyncio.gather(*(run_burst_async(u, loads, model, (keys or {}).get(name))
+                                           for name, u in urls.items())))
+    return dict(zip(urls, asyncio.run(run())))
+
+
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (``q`` in 0..100); nan for no values."""
     if not values:

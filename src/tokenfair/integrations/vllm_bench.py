@@ -5,9 +5,9 @@
    window), alternated ``repeats`` times; then the heavy-burst + light-tenant workload
    directly and through the gateway: per tenant TTFT.
 2. *plugin vs stock*: the heavy-burst + light-tenant workload (two heavy tenants weighted
-   2:1, tests/vllm/contract.yaml) on vLLM with the tokenfair scheduler and on stock vLLM,
-   alternated ``repeats`` times: throughput, per-tenant TTFT, the heavy tenants' shares
-   while both were backlogged.
+   2:1, tests/vllm/contract.yaml) on vLLM with the tokenfair scheduler and on stock vLLM
+   (both ``--max-num-seqs 6``) at the same time, ``repeats`` times: throughput, per-tenant
+   TTFT, the heavy tenants' shares while both were backlogged.
 
 Medians over the repeats; every failure is counted next to the throughput.  Servers listen
 on 127.0.0.1 only; every loop is bounded.
@@ -20,9 +20,10 @@ import statistics
 import time
 from pathlib import Path
 
-from .burst import Result, TenantLoad, percentile, run_burst, summarize
+from .burst import Result, TenantLoad, percentile, run_burst, run_side_by_side, summarize
 
 HEAVY = ("heavy_a", "heavy_b")
+PLUGIN_SLOTS = 6            # --max-num-seqs of the plugin-vs-stock pair: bursts queue in vLLM
 
 
 def burst_workload(scale: int = 1) -> list[TenantLoad]:
@@ -67,42 +68,51 @@ def _median_of(rows: list[dict], path: tuple[str, ...]) -> float:
     return statistics.median(vals)
 
 
-def bench_vllm(model_dir: str, logs: Path, repeats: int = 3, streams: int = 16, per_stream: int = 3) -> dict:
+PARTS = ("gateway", "plugin")
+
+
+def bench_vllm(model_dir: str, logs: Path, repeats: int = 3, streams: int = 16, per_stream: int = 3,
+               parts: tuple[str, ...] = PARTS) -> dict:
     from ..serve.shutdown import free_port
     from .vllm_process import VllmServer
-    import yaml  # noqa: F401  (the gateway contract)
 
     contract = str(Path(__file__).resolve().parents[3] / "tests" / "vllm" / "contract.yaml")
     logs.mkdir(parents=True, exist_ok=True)
     stock = VllmServer(model_dir, free_port(), logs / "stock.log")
-    stock6 = VllmServer(model_dir, free_port(), logs / "stock6.log", max_num_seqs=6)
+    stock6 = VllmServer(model_dir, free_port(), logs / "stock6.log", max_num_seqs=PLUGIN_SLOTS)
     plugin6 = VllmServer(model_dir, free_port(), logs / "plugin6.log", contract=contract,
-                         records=str(logs / "plugin-records.jsonl"), max_num_seqs=6)
-    servers = [stock.start(), stock6.start(), plugin6.start()]
+                         records=str(logs / "plugin-records.jsonl"), max_num_seqs=PLUGIN_SLOTS)
+    servers = ([stock] if "gateway" in parts else []) + ([stock6, plugin6] if "plugin" in parts else [])
+    for s in servers:
+        s.start()
     out: dict = {"repeats": repeats, "streams": streams, "per_stream": per_stream}
     try:
         for s in servers:
             s.wait_ready()
-        out["gateway_vs_direct"] = _gateway_vs_direct(stock, contract, repeats, streams, per_stream)
-        out["plugin_vs_stock"] = _plugin_vs_stock(plugin6, stock6, repeats)
+        if "gateway" in parts:
+            out["gateway_vs_direct"] = _gateway_vs_direct(stock, contract, repeats, streams, per_stream, logs)
+        if "plugin" in parts:
+            out["plugin_vs_stock"] = _plugin_vs_stock(plugin6, stock6, repeats)
     finally:
         for s in servers:
             s.stop()
     return out
 
 
-def _gateway_vs_direct(stock, contract: str, repeats: int, streams: int, per_stream: int) -> dict:
-    from .gateway_harness import gateway_for
+def _gateway_vs_direct(stock, contract: str, repeats: int, streams: int, per_stream: int, logs: Path) -> dict:
+    from .gateway_harness import GatewayProcess
     keys = {"heavy_a": "key-heavy-a", "heavy_b": "key-heavy-b", "light": "key-light"}
     rows: dict[str, list[dict]] = {"direct": [], "gateway": []}
     bursts: dict[str, list[dict]] = {"direct": [], "gateway": []}
-    with gateway_for(stock.url, contract, keys) as gw_url:
+    with GatewayProcess(stock.url, contract, keys, logs) as gw:
+        gw_url = gw.url
         for _ in range(repeats):
             rows["direct"].append(closed_loop(stock.url, streams, per_stream))
             rows["gateway"].append(closed_loop(gw_url, streams, per_stream, keys))
         for _ in range(repeats):
             bursts["direct"].append(summarize(run_burst(stock.url, burst_workload(2)), HEAVY))
             bursts["gateway"].append(summarize(run_burst(gw_url, burst_workload(2), keys=keys), HEAVY))
+    out_rows = {"closed_loop": rows, "burst": bursts}
     res: dict = {}
     for name in rows:
         res[name] = {"throughput_tok_s": _median_of(rows[name], ("throughput_tok_s",)),
@@ -112,20 +122,23 @@ def _gateway_vs_direct(stock, contract: str, repeats: int, streams: int, per_str
                      "burst_throughput_tok_s": _median_of(bursts[name], ("throughput_tok_s",)),
                      "burst_failed": sum(r["failed"] for r in bursts[name]),
                      "runs_tok_s": [round(r["throughput_tok_s"], 1) for r in rows[name]]}
+    res["raw"] = out_rows
     return res
 
 
 def _plugin_vs_stock(plugin, stock, repeats: int) -> dict:
     runs: dict[str, list[dict]] = {"stock": [], "plugin": []}
-    for _ in range(repeats):
-        runs["stock"].append(summarize(run_burst(stock.url, burst_workload(2)), HEAVY))
-        runs["plugin"].append(summarize(run_burst(plugin.url, burst_workload(2)), HEAVY))
+    for _ in range(repeats):                 # both at the same time: the same machine load
+        for name, results in run_side_by_side({"stock": stock.url, "plugin": plugin.url}, burst_workload(2)).items():
+            runs[name].append(summarize(results, HEAVY, slots=PLUGIN_SLOTS))
     res: dict = {}
     for name, rows in runs.items():
         per = {t: {"ttft_p50_s": _median_of(rows, ("tenants", t, "ttft_p50_s")),
                    "ttft_p99_s": _median_of(rows, ("tenants", t, "ttft_p99_s"))} for t in ("heavy_a", "heavy_b", "light")}
         res[name] = {"throughput_tok_s": _median_of(rows, ("throughput_tok_s",)),
                      "failed": sum(r["failed"] for r in rows),
+                     "saturated_tok_s": _median_of(rows, ("saturated_tok_s",)),
                      "share_heavy_a": _median_of(rows, ("shares", "heavy_a")), "tenants": per,
+                     "shares_heavy_a": [round(r["shares"]["heavy_a"], 3) for r in rows],
                      "runs_tok_s": [round(r["throughput_tok_s"], 1) for r in rows]}
     return res

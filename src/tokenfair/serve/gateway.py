@@ -71,7 +71,7 @@ from .gateway_errors import scrub
 from .gateway_health import BackendHealth, HealthConfig, ProbeState
 from .jobs import Failed
 from .gateway_window import AdaptiveWindow, Backend, WindowConfig, normalize_backend_url
-from .saturation import SaturationConfig, make_window, poll_saturation
+from .saturation import SaturationConfig, late_first_tokens, make_window, poll_saturation
 
 # Split into gateway_window (AIMD window, backend state), gateway_backend (proxy, probes)
 # and gateway_dispatch (dispatch loop); the public names stay importable from here.
@@ -151,7 +151,12 @@ class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
         self._tasks = [asyncio.ensure_future(self._dispatch_loop()), asyncio.ensure_future(self._probe_loop())]
         key = {"authorization": f"Bearer {self.backend_key}"} if self.backend_key else {}
         self._tasks.append(asyncio.ensure_future(poll_saturation(
-            self.backends, self.client, self.now, lambda: self._stopped, self.wake.set, key)))
+            self.backends, self.client, self.now, lambda: self._stopped, self.wake.set, key, self._starting_on)))
+
+    def _starting_on(self, b: Backend) -> int:
+        """Requests released to ``b`` still without a first token past the TTFT the window
+        expects for their prompt (queued behind other prompts there; saturation.py)."""
+        return late_first_tokens(b, [j for j in self.running if j.backend is b], self.now())
 
     def model_names(self) -> list[str]:
         names: list[str] = []

@@ -12,10 +12,15 @@ per pod (queue depth and KV usage against thresholds).  TTFT-driven AIMD
 slower because it is larger from a queue: on the CPU the step time grows with the batch and
 the latency window settles far below what the backend runs at once.
 
-Per reading (``poll_s`` apart; ``inflight``: this gateway's requests on the backend):
+Per reading (``poll_s`` apart; ``inflight``: this gateway's requests on the backend;
+``starting``: those of them whose first token is late -- released longer ago than the TTFT
+rule's target for their prompt -- which the gateway knows itself):
 
-  * requests waiting (``> max_waiting``): window = what the backend runs of ours,
-    ``max(min, min(window, inflight - waiting))``;
+  * requests waiting (``> max_waiting``), or (with ``max_starting`` set) more of ours late (a
+    prefill backlog: vLLM admits a burst at once and works through the prompts chunk by
+    chunk, so its own queue looks empty while a new request would wait behind them):
+    window = what the backend runs of ours,
+    ``max(min, min(window, inflight - max(waiting, starting - max_starting)))``;
   * KV usage ``>= max_kv_usage``: no growth, ``window = max(min, min(window, inflight))``;
   * otherwise, with the window in use (``inflight >= window - 1``): grow by
     ``max(1, growth x window)`` (at most ``max``).
@@ -38,6 +43,7 @@ RUNNING_METRIC = "vllm:num_requests_running"
 KV_USAGE_METRIC = "vllm:kv_cache_usage_perc"
 RETRY_UNSUPPORTED_S = 30.0          # a backend without the metrics is asked again this often
 METRICS_TIMEOUT_S = 1.0
+UNKNOWN_TTFT_S = 1.0                # a first token later than this is late, before any was seen
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,9 @@ class SaturationConfig:
     poll_s: float = 0.25             # between readings of one backend's /metrics
     max_age_s: float = 2.0           # an older reading no longer drives the window
     growth: float = 0.5              # unsaturated, window in use: += max(1, growth x window)
+    # late first tokens tolerated (None: not used, the default; the tokenfair bench vllm runs
+    # showed no clear gain on the CPU backend, docs/BENCHMARKS.md)
+    max_starting: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_waiting < 0 or not 0 < self.max_kv_usage <= 1 or self.poll_s <= 0 or self.growth <= 0:
@@ -121,13 +130,15 @@ class SaturationWindow:
         """A fresh reading drives the window (the TTFT rule is ignored)."""
         return self.reading is not None and now - self.reading.at_s <= self.sat.max_age_s
 
-    def on_reading(self, reading: Saturation, inflight: int) -> bool:
-        """Apply one reading; True when the window grew (the dispatcher may release more)."""
+    def on_reading(self, reading: Saturation, inflight: int, starting: int = 0) -> bool:
+        """Apply one reading; True when the window grew (the dispatcher may release more).
+        ``starting``: this gateway's requests on the backend without a first token yet."""
         self.reading = reading
         lat, cfg = self.latency, self.cfg
         before = lat.window
-        if reading.num_waiting > self.sat.max_waiting:
-            lat.window = max(cfg.min, min(lat.window, inflight - reading.num_waiting))
+        backlog = 0 if self.sat.max_starting is None else starting - self.sat.max_starting
+        if reading.num_waiting > self.sat.max_waiting or backlog > 0:
+            lat.window = max(cfg.min, min(lat.window, inflight - max(reading.num_waiting, backlog)))
         elif reading.kv_usage >= self.sat.max_kv_usage:
             lat.window = max(cfg.min, min(lat.window, float(inflight)))
         elif inflight >= lat.window - 1:
@@ -145,6 +156,22 @@ class SaturationWindow:
 
     def on_overload(self, released_s: float, now: float) -> None:
         self.latency.on_overload(released_s, now)
+
+
+def late_first_tokens(backend, jobs: list, now: float) -> int:
+    """How many of ``jobs`` (released to ``backend``) have no first token yet although they
+    were released longer ago than the TTFT rule's target for their prompt (``tolerance`` x
+    the lowest TTFT seen for that prompt length, + slack; ``UNKNOWN_TTFT_S`` before any)."""
+    w = backend.window
+    latency = w.latency if isinstance(w, SaturationWindow) else w
+    n = 0
+    for j in jobs:
+        req = j.req
+        if req.first_token_s is None:
+            target = latency.target_s(req.prompt_tokens, now)
+            if now - j.released_s > (UNKNOWN_TTFT_S if target is None else target):
+                n += 1
+    return n
 
 
 def make_window(cfg: WindowConfig, sat: SaturationConfig | None) -> AdaptiveWindow | SaturationWindow:
@@ -170,9 +197,11 @@ async def read_saturation(client, url: str, now: float, headers: dict[str, str])
 
 
 async def poll_saturation(backends: list, client, clock: Callable[[], float], stopped: Callable[[], bool],
-                          wake: Callable[[], None], headers: dict[str, str]) -> None:
+                          wake: Callable[[], None], headers: dict[str, str],
+                          starting: Callable[[object], int] = lambda b: 0) -> None:
     """A gateway task: read each up backend's /metrics every ``poll_s``, apply the readings,
-    ``wake`` the dispatcher when a window grew; ends when ``stopped()``."""
+    ``wake`` the dispatcher when a window grew; ends when ``stopped()``.  ``starting(b)``:
+    the gateway's requests on ``b`` without a first token."""
     windows = [b for b in backends if isinstance(b.window, SaturationWindow)]
     if not windows:
         return
@@ -191,7 +220,7 @@ async def poll_saturation(backends: list, client, clock: Callable[[], float], st
             w.next_poll_s = now + w.sat.poll_s
             if reading is not False:
                 w.supported = True
-                grew |= w.on_reading(reading, b.inflight)
+                grew |= w.on_reading(reading, b.inflight, starting(b))
         if grew:
             wake()
         await asyncio.sleep(step_s)
