@@ -101,3 +101,21 @@ def test_compared_metrics_come_from_the_thresholds_file():
     # the packaged thresholds carry the catalogue and the default regression limits
     packaged = load_thresholds()
     assert "ttft_p99_s" in packaged.compare.groups and "starvation_events" in packaged.default.max_regression
+
+
+def test_gate_reads_a_service_records_file(files, tmp_path):
+    """A serve/gateway records file is a trace: the gate replays it under both contracts."""
+    recs = []
+    for line in files["trace"].read_text().splitlines():
+        r = json.loads(line)
+        recs.append({**r, "class": "interactive", "status": "finished", "scheduled_s": r["arrival_s"],
+                     "first_token_s": r["arrival_s"] + 0.1, "finish_s": r["arrival_s"] + 1.0,
+                     "max_tokens": r["output_tokens"], "deadline_s": None, "mode": "gateway", "http_status": 200,
+                     "contract_version": "a1", "arrival_s": 100.0 + r["arrival_s"]})
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    res = CliRunner().invoke(app, ["gate", str(path), "--baseline", str(files["base"]), "--candidate",
+                                   str(files["starve"]), "--out", str(tmp_path / "rec")])
+    assert res.exit_code == 1 and "tenant[light].starvation_events vs baseline" in res.output
+    summary = json.loads((tmp_path / "rec" / "records" / "baseline" / "summary.json").read_text())
+    assert summary["requests"] == len(recs) and summary["workload"] == "records"
