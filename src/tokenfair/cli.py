@@ -21,6 +21,20 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 contract_app = typer.Typer(no_args_is_help=True, help="Validate a contract or print its JSON Schema.")
 app.add_typer(contract_app, name="contract")
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from . import __version__
+        from .core_build import describe
+        typer.echo(f"tokenfair {__version__} {describe()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main_options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                               help="print the version and which core runs (mypyc|python), then exit")) -> None:
+    """Contract-driven fair scheduling for multi-tenant LLM serving."""
+
 @app.command()
 def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '.join(SCENARIOS)}) or trace path"),
              policy: str = typer.Option("fair", help="scheduling policy"),
@@ -37,7 +51,7 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
              max_requests: Optional[int] = typer.Option(None, min=1, help="keep the first N requests"),
             remap_tenants: Optional[Path] = typer.Option(None, help="YAML/JSON mapping old tenant -> new")) -> None:
     """Simulate one policy on a workload; write requests.jsonl, summary.json, timeline.json."""
-    from .loop import stderr_progress
+    from .progress import stderr_progress
     from .output import summary_table, write_run
     from .sim.simulate import simulate as run_sim
     try:
