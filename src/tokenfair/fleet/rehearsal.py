@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -153,9 +154,12 @@ async def _one(http: httpx.AsyncClient, url: str, key: str, prompt: str, max_tok
                 return str(r.status_code), 0.0
             usage = None
             async for line in r.aiter_lines():
-                if line.startswith("data:") and '"usage"' in line:
-                    import json
-                    usage = json.loads(line[5:]).get("usage") or usage
+                if not line.startswith("data: {"):
+                    continue
+                chunk = json.loads(line[6:])
+                if "error" in chunk:            # failed after its first token (an SSE error event)
+                    return "stream_error", 0.0
+                usage = chunk.get("usage") or usage
     except httpx.HTTPError as err:
         return type(err).__name__, 0.0
     if not usage:
