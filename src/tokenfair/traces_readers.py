@@ -20,13 +20,13 @@ import calendar
 import csv
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
 from tokenfair.traces_transforms import spread_tenants
 from tokenfair.workload import (REQUIRED, TraceRow, Workload, WorkloadError, _num, json_object, read_trace,
-                                row_from_mapping, row_with)
+                                row_from_mapping)
 
 
 class SkippedRow(NamedTuple):
@@ -61,7 +61,7 @@ def _finish(name: str, rows: list[TraceRow], skipped: list[SkippedRow] | None, s
     rows = sorted(rows, key=lambda r: r.arrival_s)
     t0 = rows[0].arrival_s
     if t0 and rebase:
-        rows = [row_with(r, arrival_s=r.arrival_s - t0) for r in rows]
+        rows = [replace(r, arrival_s=r.arrival_s - t0) for r in rows]
     return TraceWorkload(name, tuple(rows), tuple(skipped or ()))
 
 
@@ -144,7 +144,7 @@ def _read_azure(sources: list[tuple[Path, str]], skip_bad_rows: bool) -> TraceWo
     if not stamped:
         raise WorkloadError(f"{', '.join(str(p) for p, _ in sources)}: no usable requests")
     ns0 = min(ns for ns, _ in stamped)
-    rows = [row_with(r, arrival_s=(ns - ns0) / 1e9) for ns, r in stamped]
+    rows = [replace(r, arrival_s=(ns - ns0) / 1e9) for ns, r in stamped]
     name = "azure" if len(sources) == 2 else f"azure-{sources[0][1]}"
     return _finish(name, rows, skipped, ", ".join(str(p) for p, _ in sources))
 

@@ -8,7 +8,7 @@ import random
 from dataclasses import replace
 from typing import Callable, Iterable
 
-from tokenfair.workload import TraceRow, Workload, WorkloadError, row_with
+from tokenfair.workload import TraceRow, Workload, WorkloadError
 
 
 def _rebuilt(wl: Workload, rows: Iterable[TraceRow], name: str | None = None) -> Workload:
@@ -19,14 +19,14 @@ def slice_time(wl: Workload, start_s: float, end_s: float | None = None) -> Work
     """Rows with ``start_s <= arrival_s < end_s``, re-based so the first kept row arrives at 0."""
     kept = [r for r in wl.rows if r.arrival_s >= start_s and (end_s is None or r.arrival_s < end_s)]
     t0 = kept[0].arrival_s if kept else 0.0
-    return _rebuilt(wl, (row_with(r, arrival_s=r.arrival_s - t0) for r in kept))
+    return _rebuilt(wl, (replace(r, arrival_s=r.arrival_s - t0) for r in kept))
 
 
 def scale_rate(wl: Workload, factor: float) -> Workload:
     """Multiply the request rate by ``factor`` (arrival times divided by it)."""
     if not factor > 0 or factor == float("inf"):
         raise WorkloadError(f"scale_rate: factor must be a positive finite number, got {factor!r}")
-    return _rebuilt(wl, (row_with(r, arrival_s=r.arrival_s / factor) for r in wl.rows))
+    return _rebuilt(wl, (replace(r, arrival_s=r.arrival_s / factor) for r in wl.rows))
 
 
 def remap_tenants(wl: Workload, mapping: dict[str, str] | Callable[[str], str]) -> Workload:
@@ -38,7 +38,7 @@ def remap_tenants(wl: Workload, mapping: dict[str, str] | Callable[[str], str]) 
         if not isinstance(new, str) or not new.strip():
             raise WorkloadError(f"remap_tenants: tenant {t!r} maps to {new!r}; need a non-empty string")
         cache[t] = new.strip()
-    return _rebuilt(wl, (row_with(r, tenant=cache[r.tenant]) for r in wl.rows))
+    return _rebuilt(wl, (replace(r, tenant=cache[r.tenant]) for r in wl.rows))
 
 
 def limit(wl: Workload, n: int) -> Workload:
@@ -60,7 +60,7 @@ def tile(wl: Workload, min_requests: int) -> Workload:
         return wl
     span = rows[-1].arrival_s - rows[0].arrival_s
     period = span + span / len(rows) if span > 0 else 1.0
-    tiled = [row_with(r, request_id=f"{r.request_id}#{i}", arrival_s=r.arrival_s + i * period) if i else r
+    tiled = [replace(r, request_id=f"{r.request_id}#{i}", arrival_s=r.arrival_s + i * period) if i else r
              for i in range(copies) for r in rows]
     return _rebuilt(wl, tiled, f"{wl.name}x{copies}")
 
@@ -73,4 +73,4 @@ def spread_tenants(wl: Workload, num_tenants: int, *, seed: int = 0, zipf_s: flo
     names = [f"t{i:0{width}d}" for i in range(num_tenants)]
     weights = [1.0 / (i + 1) ** zipf_s for i in range(num_tenants)]
     picks = random.Random(seed).choices(names, weights=weights, k=len(wl.rows))
-    return _rebuilt(wl, (row_with(r, tenant=t) for r, t in zip(wl.rows, picks)))
+    return _rebuilt(wl, (replace(r, tenant=t) for r, t in zip(wl.rows, picks)))
