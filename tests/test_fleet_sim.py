@@ -139,3 +139,37 @@ def test_the_fair_gateway_protects_a_light_tenant_better_than_round_robin():
     assert rr["status"] == gw["status"] == {"finished": len(wl.rows)}
     light_rr, light_gw = rr["tenants"]["light"]["ttft_s"]["p99"], gw["tenants"]["light"]["ttft_s"]["p99"]
     assert light_gw < light_rr / 2, (light_gw, light_rr)
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_rows = st.lists(st.tuples(st.floats(0, 20), st.sampled_from(["a", "b", "c"]), st.integers(1, 3000),
+                           st.integers(1, 300), st.lists(st.integers(0, 5), max_size=4)),
+                 min_size=1, max_size=40)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=_rows, n=st.integers(1, 4),
+       router=st.sampled_from(["round-robin", "least-loaded", "kv-aware", "prefix-aware", "locality"]),
+       gated=st.booleans(), policy=st.sampled_from(["fifo", "vtc", "fair"]))
+def test_any_fleet_ends_every_request_once_with_a_reason(rows, n, router, gated, policy):
+    trace = sorted(rows, key=lambda r: r[0])
+    wl = Workload("h", tuple(TraceRow(f"r{i}", t, ten, p, o, prefix_hashes=tuple(h))
+                             for i, (t, ten, p, o, h) in enumerate(trace)))
+    cfg = FleetConfig(num_replicas=n, router=router, fleet_policy="fair" if gated else "none",
+                      prefix_cache=True, gateway_window=3)
+    run = simulate_fleet_once(wl, policy, parse_contract({}), load_profile(None), cfg)
+    _check_terminal(run, len(trace))
+    for r in run.replicas:
+        r.sched.check_invariants()
+        assert not r.sched.running and not r.sched.has_work()
+    for req, k in zip(run.requests, run.replica_of):
+        if k is None:                         # ended at intake or at the gateway: never ran
+            assert req.scheduled_s is None and req.status.value in ("rejected", "expired", "failed")
+        if req.status.value == "finished":
+            assert req.first_token_s is not None and req.finish_s >= req.first_token_s >= req.arrival_s
+    if n == 1 and not gated:
+        single = simulate_once(wl, policy, parse_contract({}), load_profile(None))
+        plain = simulate_fleet_once(wl, policy, parse_contract({}), load_profile(None), FleetConfig(num_replicas=1))
+        assert _fingerprint(plain) == _fingerprint(single)

@@ -80,16 +80,18 @@ def _sim_child(spec: dict) -> dict:
     command as ``tokenfair simulate`` runs it: reading the trace, the run, isolated baselines,
     metrics and the three files (into a temporary folder)."""
     contract, wl = _bench_workload(spec)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = simulate_once(wl, spec["policy"], contract, load_profile(spec.get("profile")))
-    wall = time.perf_counter() - t0
-    out = {"policy": spec["policy"], "requests": len(wl.rows), "wall_s": wall,
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    out = {"policy": spec["policy"], "requests": len(wl.rows), "wall_s": wall, "cpu_s": cpu,
            "requests_per_s": len(wl.rows) / wall, "engine_steps": res.recorder.num_steps}
     del res
     if spec.get("whole", True):
+        c1 = time.process_time()
         whole = _whole_command(spec, lambda: _bench_workload(spec),
                                lambda wl, c, p: simulate(wl, spec["policy"], c, p))
-        out.update({"whole_wall_s": whole, "whole_requests_per_s": len(wl.rows) / whole})
+        out.update({"whole_wall_s": whole, "whole_cpu_s": time.process_time() - c1,
+                    "whole_requests_per_s": len(wl.rows) / whole})
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out | {"peak_rss_mb": rss_mb, "core": core_kind()}
 

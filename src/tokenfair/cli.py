@@ -168,9 +168,10 @@ def bench_sim_cmd(workload: str = typer.Argument("azure:conv"),
         if json_out:
             typer.echo(json.dumps(r))
         else:
-            typer.echo(f"{r['policy']:<8} requests={r['requests']} loop {r['wall_s']:.2f} s  "
-                       f"{r['requests_per_s']:.0f} requests/s  whole command {r['whole_wall_s']:.2f} s  "
-                       f"{r['whole_requests_per_s']:.0f} requests/s  peak RSS {r['peak_rss_mb']:.0f} MB  core={r['core']}")
+            typer.echo(f"{r['policy']:<8} requests={r['requests']} loop {r['wall_s']:.2f} s ({r['cpu_s']:.2f} s CPU) "
+                       f"{r['requests_per_s']:.0f} requests/s  whole command {r['whole_wall_s']:.2f} s "
+                       f"({r['whole_cpu_s']:.2f} s CPU) {r['whole_requests_per_s']:.0f} requests/s  "
+                       f"peak RSS {r['peak_rss_mb']:.0f} MB  core={r['core']}")
 
 
 def _register_optional() -> None:

@@ -72,6 +72,7 @@ def bench_fleet_cmd(workload: str = typer.Argument("azure:conv"),
         return
     typer.echo(f"{r['policy']:<6} replicas={r['replicas']} router={r['router']} fleet={r['fleet_policy']} "
                f"requests={r['requests']} tenants={r['tenants']}  loop {r['wall_s']:.1f} s "
-               f"({r['requests_per_s']:.0f} requests/s)"
-               + (f"  whole {r['whole_wall_s']:.1f} s ({r['whole_requests_per_s']:.0f} requests/s)" if whole else "")
+               f"({r['requests_per_s']:.0f} requests/s, {r['cpu_s']:.1f} s CPU)"
+               + (f"  whole {r['whole_wall_s']:.1f} s ({r['whole_requests_per_s']:.0f} requests/s, "
+                  f"{r['whole_cpu_s']:.1f} s CPU)" if whole else "")
                + f"  peak RSS {r['peak_rss_mb']:.0f} MB  core={r['core']}")
