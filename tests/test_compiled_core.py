@@ -88,6 +88,16 @@ def test_a_compiled_class_cannot_be_patched():
     assert Mine.extra == 1
 
 
+@requires_compiled
+def test_classes_imported_natively_by_another_compiled_module_are_sealed_too():
+    """``tokenfair.loop`` imports the scheduler natively (no import hook runs for it)."""
+    code = ("import tokenfair.loop\n"
+            "from tokenfair.sched.scheduler import IterationScheduler\n"
+            "try:\n    IterationScheduler.schedule = 1\nexcept TypeError:\n    print('sealed')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "sealed"
+
+
 def test_pure_environment_imports_the_sources():
     code = ("import tokenfair, tokenfair.sched.scheduler as s, tokenfair.core_build as b; "
             "print(s.__file__, b.core_kind())")

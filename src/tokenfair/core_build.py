@@ -118,7 +118,16 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
 class _SealingLoader(importlib.machinery.ExtensionFileLoader):
     def exec_module(self, module: ModuleType) -> None:
         super().exec_module(module)
-        seal_native_classes(module)
+        seal_loaded_modules()
+
+
+def seal_loaded_modules() -> int:
+    """Seal the native classes of every listed module imported so far.  A compiled module
+    imports the others of its group natively (no import hook runs for them, and they may be
+    half-initialised when an inner hooked load finishes), so every hooked load seals all that
+    are loaded; the outermost one runs last and sees them complete (setting the flag again is
+    harmless).  Returns how many classes it sealed."""
+    return sum(seal_native_classes(m) for m in (sys.modules.get(n) for n in COMPILED_MODULES) if m is not None)
 
 
 class _SealingFinder(importlib.abc.MetaPathFinder):
