@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from tokenfair._core import core_kind
+from tokenfair.core_build import core_kind
 from tokenfair.costmodel import load_profile
 from tokenfair.metrics import request_record
 from tokenfair.scenarios import build_scenario

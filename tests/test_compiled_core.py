@@ -1,23 +1,25 @@
 """The mypyc-compiled core gives exactly the interpreted core's results.
 
 ``setup.py`` compiles the modules ``tokenfair._core.COMPILED_MODULES`` lists; these tests run
-the same simulations with the compiled modules (this process) and with the plain ``.py``
-files (a subprocess importing a copy of the package without the extensions) and compare a
-hash of every request record, the whole timeline and the scheduler's counters.
+the same simulations with the compiled modules and with the plain ``.py`` files (a subprocess
+with ``TOKENFAIR_PURE=1``) and compare a hash of every request record, the whole timeline and
+the scheduler's counters.  ``tokenfair.core_build`` decides which core runs; its rules are
+tested here on fake builds.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 import tokenfair
-from tokenfair._core import COMPILED_MODULES, compiled_modules, core_kind, stale_modules
+from tokenfair import core_build
+from tokenfair._core import BUILD_MANIFEST, COMPILED_MODULES
+from tokenfair.core_build import compiled_modules, core_kind, stale_modules
 
 _FINGERPRINT = r'''
 import hashlib, json, sys
@@ -25,7 +27,7 @@ from tokenfair.costmodel import load_profile
 from tokenfair.metrics import request_record
 from tokenfair.scenarios import build_scenario
 from tokenfair.sim.simulate import simulate_once
-from tokenfair._core import core_kind
+from tokenfair.core_build import core_kind
 out = {"core": core_kind()}
 for scenario in ("hol", "burst"):
     wl, contract = build_scenario(scenario, 0)
@@ -42,18 +44,15 @@ print(json.dumps(out))
 '''
 
 
-def _fingerprints(pythonpath: str | None) -> dict:
-    env = None
-    if pythonpath is not None:
-        import os
-        env = dict(os.environ, PYTHONPATH=pythonpath)
+def _fingerprints(pure: bool) -> dict:
+    env = dict(os.environ, TOKENFAIR_PURE="1" if pure else "")
     proc = subprocess.run([sys.executable, "-c", _FINGERPRINT], capture_output=True, text=True,
                           env=env, check=True)
     return json.loads(proc.stdout)
 
 
 requires_compiled = pytest.mark.skipif(
-    not compiled_modules(), reason="the core is not compiled here (no mypyc build: TOKENFAIR_PURE or no compiler)")
+    core_kind() != "mypyc", reason=f"the compiled core does not run here: {core_build.describe()}")
 
 
 @requires_compiled
@@ -65,33 +64,86 @@ def test_every_listed_module_is_compiled_and_current():
 
 @pytest.mark.slow
 @requires_compiled
-def test_compiled_core_gives_the_interpreted_results_exactly(tmp_path):
-    pure = tmp_path / "pure"
-    shutil.copytree(Path(tokenfair.__file__).parent, pure / "tokenfair",
-                    ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-    compiled = _fingerprints(None)
-    interpreted = _fingerprints(str(pure))
+def test_compiled_core_gives_the_interpreted_results_exactly():
+    compiled = _fingerprints(pure=False)
+    interpreted = _fingerprints(pure=True)
     assert compiled.pop("core") == "mypyc" and interpreted.pop("core") == "python"
     assert len(compiled) == 20
     assert compiled == interpreted
 
 
-def test_stale_modules_sees_an_edited_source(tmp_path, monkeypatch):
-    import tokenfair._core as core
+@requires_compiled
+def test_a_compiled_class_cannot_be_patched():
+    """A patched method of a native class would be ignored by compiled callers: it raises."""
+    from tokenfair.sched.policy import Policy
+    from tokenfair.sched.scheduler import IterationScheduler
+    with pytest.raises(TypeError, match="immutable"):
+        IterationScheduler.schedule = lambda self, now: None
+    with pytest.raises(TypeError):
+        setattr(Policy, "pick", None)
+
+    class Mine(Policy):                   # plain-Python subclasses stay ordinary classes
+        pass
+    Mine.extra = 1
+    assert Mine.extra == 1
+
+
+@requires_compiled
+def test_classes_imported_natively_by_another_compiled_module_are_sealed_too():
+    """``tokenfair.loop`` imports the scheduler natively (no import hook runs for it)."""
+    code = ("import tokenfair.loop\n"
+            "from tokenfair.sched.scheduler import IterationScheduler\n"
+            "try:\n    IterationScheduler.schedule = 1\nexcept TypeError:\n    print('sealed')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "sealed"
+
+
+def test_pure_environment_imports_the_sources():
+    code = ("import tokenfair, tokenfair.sched.scheduler as s, tokenfair.core_build as b; "
+            "print(s.__file__, b.core_kind())")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env=dict(os.environ, TOKENFAIR_PURE="1"))
+    path, kind = proc.stdout.split()
+    assert path.endswith("scheduler.py") and kind == "python"
+    assert "RuntimeWarning" not in proc.stderr
+
+
+def test_version_names_the_core():
+    proc = subprocess.run([sys.executable, "-m", "tokenfair.cli", "--version"], capture_output=True,
+                          text=True, check=True)
+    assert proc.stdout.startswith(f"tokenfair {tokenfair.__version__} core={core_kind()} (")
+
+
+def _fake_build(tmp_path, monkeypatch, *, manifest: dict | None):
+    """A package folder with one listed module, its extension and (optionally) a manifest."""
     pkg = tmp_path / "tokenfair"
     (pkg / "sched").mkdir(parents=True)
     source = pkg / "sched" / "fifo.py"
-    ext = pkg / "sched" / "fifo.cpython-311-x86_64-linux-gnu.so"
     source.write_text("x = 1\n")
-    ext.write_bytes(b"")
-    monkeypatch.setattr(core, "_PACKAGE_DIR", pkg)
-    import os
-    os.utime(source, (1_000, 1_000))
-    os.utime(ext, (2_000, 2_000))
-    assert core.compiled_modules() == ["tokenfair.sched.fifo"] and core.stale_modules() == []
-    os.utime(source, (3_000, 3_000))
-    assert core.stale_modules() == ["tokenfair.sched.fifo"]
-    shared = tmp_path / "abc__mypyc.cpython-311-x86_64-linux-gnu.so"   # the group's code, rebuilt
-    shared.write_bytes(b"")
-    os.utime(shared, (4_000, 4_000))
-    assert core.stale_modules() == []
+    (pkg / "sched" / "fifo.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    if manifest is not None:
+        (pkg / BUILD_MANIFEST).write_text(json.dumps(manifest))
+    monkeypatch.setattr(core_build, "PACKAGE_DIR", pkg)
+    monkeypatch.setattr(core_build, "COMPILED_MODULES", ("tokenfair.sched.fifo",))
+    return source
+
+
+def test_an_edited_source_makes_its_extension_stale(tmp_path, monkeypatch):
+    source = _fake_build(tmp_path, monkeypatch, manifest=None)
+    digest = core_build.source_digest(source)
+    (source.parent.parent / BUILD_MANIFEST).write_text(json.dumps({"sources": {"tokenfair.sched.fifo": digest}}))
+    assert core_build.compiled_modules() == ["tokenfair.sched.fifo"] and core_build.stale_modules() == []
+    assert core_build.decide({}).kind == "mypyc"
+    source.write_text("x = 2\n")                 # edited after the build: a newer mtime is not needed
+    assert core_build.stale_modules() == ["tokenfair.sched.fifo"]
+    status = core_build.decide({})
+    assert status.kind == "python" and "make compile" in status.reason and status.stale == ("tokenfair.sched.fifo",)
+
+
+def test_a_failed_build_or_no_manifest_runs_the_sources(tmp_path, monkeypatch):
+    _fake_build(tmp_path, monkeypatch, manifest={"failed": "tokenfair.request: CompileError: gcc"})
+    status = core_build.decide({})
+    assert status.kind == "python" and "the compiled build failed: tokenfair.request" in status.reason
+    (tmp_path / "tokenfair" / BUILD_MANIFEST).unlink()
+    assert core_build.decide({}).kind == "python"          # extensions nobody vouches for
+    assert core_build.decide({"TOKENFAIR_PURE": "1"}).reason == "TOKENFAIR_PURE=1"

@@ -84,6 +84,9 @@ class _Watch:
     def add(self, req, row):
         self.sim.add(req, row.output_tokens)
 
+    def forget(self, req):
+        self.sim.forget(req)
+
     def execute(self, out):
         decoding = {id(r) for r in out.decode}
         held = [r for r in self.sched.running

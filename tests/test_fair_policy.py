@@ -29,11 +29,14 @@ def _sim(rows, contract, profile=PROFILE, policy="fair", on_step=None):
                 on_step(sched)
             return sim.execute(out)
 
+        def forget(self, req):
+            sim.forget(req)
+
     return run(rows, contract, sched, E(), VirtualClock()), sched
 
 
-def _backlogged(tenants, n, prompt=400, out=100, weights=None):
-    return [TraceRow(f"{t}-{i}", 0.0, t, prompt, out) for i in range(n) for t in tenants]
+def _backlogged(tenants, n, prompt=400, out=100, weights=None, max_tokens=None):
+    return [TraceRow(f"{t}-{i}", 0.0, t, prompt, out, max_tokens=max_tokens) for i in range(n) for t in tenants]
 
 
 def test_weighted_shares_and_counter_bound():
@@ -42,19 +45,21 @@ def test_weighted_shares_and_counter_bound():
                         "engine": {"prefill_token_budget": 512, "decode_token_budget": 64, "chunk_size": 256,
                                    "max_running": 16},
                         "admission": {"shed_over_max_wait": False}})
-    rows = _backlogged(["a", "b"], 150)
-    max_charge = 400 * 1 + 100 * 2 + 512      # c_max (prompt + max output) + credit C
-    bound = max_charge / 1.0 * 2
-    checked = []
+    rows = _backlogged(["a", "b"], 150, max_tokens=100)
+    # wfq.py's bound, as its docstring states it: D = max_r c_max(r) / w_min + C / w_min with
+    # c_max = w_p * prompt + w_d * max_tokens (default cost weights 1 and 2) and C the credit
+    w_min, credit = 1.0, c.engine.prefill_token_budget * c.costs.prefill_token
+    bound = (c.costs.prefill_token * 400 + c.costs.decode_token * 100) / w_min + credit / w_min
+    gaps = []
 
     def check(sched):
         p = sched.policy
         if len(p.tenants) == 2 and all(t.num_waiting for t in p.tenants.values()):
             p.wfq.check_bound(list(p.tenants.values()), bound)
-            checked.append(1)
+            gaps.append(abs(p.tenants["a"].vtime - p.tenants["b"].vtime))
 
     res, sched = _sim(rows, c, on_step=check)
-    assert len(checked) > 100
+    assert len(gaps) > 100 and max(gaps) > 0      # checked while both were backlogged
     # while both are backlogged, service splits 2:1 (in cost units)
     tl = res.recorder.to_json()
     a, b = tl["tenant_service"]["a"], tl["tenant_service"]["b"]

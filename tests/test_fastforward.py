@@ -24,13 +24,19 @@ def _outcome(wl, policy, contract, profile, fast):
     res = simulate_once(wl, policy, contract, profile, fast=fast)
     s = res.scheduler
     return ([request_record(r) for r in res.requests], res.recorder.to_json(), res.end_s,
-            (s.num_preemptions, s.num_recomputed_tokens, s.num_swapped_blocks), res.extra)
+            (s.num_preemptions, s.num_recomputed_tokens, s.num_swapped_blocks, s.num_steps),
+            res.extra), s.num_fast_forwarded_steps
 
 
-def _assert_exact(wl, policy, contract, profile=None):
+def _assert_exact(wl, policy, contract, profile=None, expect_fast_forward: bool | None = True):
+    """Fast-forwarded == stepped; ``expect_fast_forward``: whether the fast run must have
+    applied steps through sim/fastforward.py (None: either)."""
     profile = profile or load_profile(None)
-    fast = _outcome(wl, policy, contract, profile, True)
-    slow = _outcome(wl, policy, contract, profile, False)
+    fast, num_ff = _outcome(wl, policy, contract, profile, True)
+    slow, num_ff_slow = _outcome(wl, policy, contract, profile, False)
+    assert num_ff_slow == 0
+    if expect_fast_forward is not None:
+        assert (num_ff > 0) == expect_fast_forward, f"{num_ff} steps fast-forwarded"
     assert fast[0] == slow[0], "per-request records differ"
     assert fast[1] == slow[1], [k for k in fast[1] if fast[1][k] != slow[1][k]]
     assert fast[2:] == slow[2:]
@@ -38,6 +44,19 @@ def _assert_exact(wl, policy, contract, profile=None):
 
 def test_every_policy_fast_forwards():
     assert all(make_policy(p).can_fast_forward() for p in POLICIES)
+
+
+def test_a_new_policy_is_not_fast_forwarded_unless_it_opts_in():
+    from tokenfair.sched.fifo import FifoPolicy
+    from tokenfair.sched.policy import Policy
+
+    class Mine(FifoPolicy):               # inherits fifo's opt-in
+        name = "mine"
+
+    class Bare(Policy):
+        name = "bare"
+    assert Policy.supports_fast_forward is False and not Bare().can_fast_forward()
+    assert Mine().can_fast_forward()
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -93,7 +112,7 @@ def test_exact_with_odd_weights_and_long_runs(policy, costs):
 def test_kv_occupancy_charge_turns_fair_fast_forward_off():
     c = parse_contract({**_ODD, "costs": {"kv_block_s": 0.5}})
     assert not IterationScheduler(make_policy("fair"), c, load_profile(None)).policy.can_fast_forward()
-    _assert_exact(_light_rows(120), "fair", c)
+    _assert_exact(_light_rows(120), "fair", c, expect_fast_forward=False)
 
 
 def test_exact_when_the_kv_pool_runs_short():
@@ -126,4 +145,4 @@ def test_exact_on_random_workloads(rows, policy, kv_tokens, decode_weight):
                    swap_capacity_tokens=2000)
     trace = tuple(TraceRow(f"r{i}", t, ten, p, o, klass=k, max_tokens=m)
                   for i, (t, ten, p, o, k, m) in enumerate(sorted(rows, key=lambda x: x[0])))
-    _assert_exact(Workload("random", trace), policy, contract, prof)
+    _assert_exact(Workload("random", trace), policy, contract, prof, expect_fast_forward=None)

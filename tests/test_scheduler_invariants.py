@@ -1,6 +1,7 @@
 """Property tests: for any small workload, any policy, any tight engine, the scheduler keeps
 KV conserved, respects slot and budget limits, and ends every request exactly once."""
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -89,6 +90,36 @@ def test_invariants_hold_and_every_request_ends_once(rows, policy, kv_tokens, ma
             assert r.first_token_s is not None and r.finish_s >= r.first_token_s >= r.arrival_s
         else:
             assert r.finish_s is not None
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_decisions_do_not_depend_on_the_true_output_length(policy):
+    """The guard in behaviour: two workloads that differ only in their true output lengths
+    (the engine's secret; max_tokens equal) are scheduled identically until the first request
+    finishes -- the only moment the true length may show."""
+    import random
+
+    from tokenfair.costmodel import load_profile
+    from tokenfair.sim.simulate import simulate_once
+    from tokenfair.workload import Workload
+    rng = random.Random(7)
+    shape = [(i * 0.05, rng.choice("abc"), rng.randint(50, 1500), rng.choice([None, "batch"]))
+             for i in range(80)]
+
+    def run_with(extra):
+        rows = tuple(TraceRow(f"r{i}", t, ten, p, 400 + extra + 13 * (i % 7), klass=k, max_tokens=2000)
+                     for i, (t, ten, p, k) in enumerate(shape))
+        res = simulate_once(Workload("true-len", rows), policy, parse_contract({}), load_profile(None), fast=False)
+        return {r.request_id: r for r in res.requests}
+
+    short, long = run_with(0), run_with(600)
+    first_end = min(r.finish_s for r in list(short.values()) + list(long.values()) if r.finish_s is not None)
+    started = [rid for rid, r in short.items() if r.scheduled_s is not None and r.scheduled_s < first_end]
+    assert len(started) >= 10
+    for rid in started:
+        assert long[rid].scheduled_s == short[rid].scheduled_s, rid
+    assert sorted(started) == sorted(rid for rid, r in long.items()
+                                     if r.scheduled_s is not None and r.scheduled_s < first_end)
 
 
 def test_request_object_never_carries_the_true_length():

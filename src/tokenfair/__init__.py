@@ -5,17 +5,8 @@ in-queue order -> iteration batching/preemption, driven by one loop over a simul
 or a real engine.
 """
 
+from .core_build import install as _install_core
+
 __version__ = "0.1.0"
 
-
-def _warn_if_stale() -> None:
-    from ._core import stale_modules
-    stale = stale_modules()
-    if stale:
-        import warnings
-        warnings.warn(f"tokenfair: compiled modules older than their source ({', '.join(stale)}): "
-                      "the old code runs; rebuild with `make compile` or drop the builds with "
-                      "`make pure`", RuntimeWarning, stacklevel=2)
-
-
-_warn_if_stale()
+_install_core()        # compiled or interpreted core: decided before any core module imports

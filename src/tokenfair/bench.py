@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from ._core import core_kind
+from .core_build import core_kind
 from .contract import parse_contract
 from .costmodel import load_profile
 from .request import Request

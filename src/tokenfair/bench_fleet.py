@@ -11,7 +11,7 @@ from __future__ import annotations
 import resource
 import time
 
-from ._core import core_kind
+from .core_build import core_kind
 from .bench import _bench_workload, _whole_command, run_child
 from .costmodel import load_profile
 

@@ -22,6 +22,20 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 contract_app = typer.Typer(no_args_is_help=True, help="Validate a contract or print its JSON Schema.")
 app.add_typer(contract_app, name="contract")
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from . import __version__
+        from .core_build import describe
+        typer.echo(f"tokenfair {__version__} {describe()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main_options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                               help="print the version and which core runs (mypyc|python), then exit")) -> None:
+    """Contract-driven fair scheduling for multi-tenant LLM serving."""
+
 @app.command()
 def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '.join(SCENARIOS)}) or trace path"),
              policy: str = typer.Option("fair", help="scheduling policy"),
@@ -46,7 +60,7 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
              cached_discount: float = typer.Option(0.1, help="fleet gateway: charge for a cached prompt token (0-1)"),
              load_bound: float = typer.Option(1.5, help="prefix-aware router: load bound (x the least load + 1)")) -> None:
     """Simulate one policy on a workload; write requests.jsonl, summary.json, timeline.json."""
-    from .loop import stderr_progress
+    from .progress import stderr_progress
     from .output import summary_table, write_run
     from .sim.simulate import simulate as run_sim
     try:

@@ -60,7 +60,7 @@ def run(workload: str = typer.Argument(..., help="built-in scenario, public trac
         seed: int = typer.Option(0, help="seed for built-in scenarios and synthetic prompts")) -> None:
     """Replay a workload on the real engine in wall-clock time; write requests.jsonl, summary.json,
     timeline.json (the simulator's files)."""
-    from .loop import stderr_progress
+    from .progress import stderr_progress
     from .output import summary_table
     from .sched.registry import make_policy
     try:

@@ -15,7 +15,6 @@ reason rather than hang.
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
@@ -23,8 +22,8 @@ from typing import Callable, Protocol, Sequence
 from .contract import Contract
 from .intake import make_request
 from .recorder import Recorder
-from .request import Request, Status
-from .sched.interface import SchedulerOutput, StepResult
+from .request import Request
+from .sched.interface import Engine
 from .sched.scheduler import IterationScheduler
 from .workload import TraceRow
 
@@ -83,15 +82,7 @@ class RunResult:
     extra: dict[str, object] = field(default_factory=dict)
 
 
-class LoopEngine(Protocol):
-    """What ``run`` needs of an engine (the simulator's ``RowFedEngine``, the PyTorch one)."""
-
-    def add(self, req: Request, row: TraceRow) -> None: ...
-
-    def execute(self, out: SchedulerOutput) -> StepResult: ...
-
-
-def run(rows: Sequence[TraceRow], contract: Contract, scheduler: IterationScheduler, engine: LoopEngine,
+def run(rows: Sequence[TraceRow], contract: Contract, scheduler: IterationScheduler, engine: Engine,
         clock: Clock | None = None, progress: Callable[[int, int], None] | None = None,
         fast_forward: Callable[..., float] | None = None) -> RunResult:
     """Run ``rows`` to completion.  ``fast_forward(scheduler, engine, recorder, now,
@@ -114,7 +105,7 @@ def run(rows: Sequence[TraceRow], contract: Contract, scheduler: IterationSchedu
             if reject is None and row.prompt_tokens + 1 > capacity_tokens:
                 reject = f"prompt_exceeds_kv_capacity: {row.prompt_tokens} tokens > {capacity_tokens}"
             if reject is not None:
-                scheduler._end(req, Status.REJECTED, reject, row.arrival_s)
+                scheduler.reject(req, reject, row.arrival_s)
             else:
                 engine.add(req, row)
                 scheduler.add_request(req, row.arrival_s)
@@ -147,23 +138,7 @@ def run(rows: Sequence[TraceRow], contract: Contract, scheduler: IterationSchedu
         rec.record_step(out, now, result.duration_s, scheduler.policy.num_waiting(),
                         len(scheduler.running), scheduler.pool.usage)
         for req in out.aborted:
-            engine_forget = getattr(engine, "forget", None)
-            if engine_forget:
-                engine_forget(req)
+            engine.forget(req)
     if progress:
         progress(n, n)
     return RunResult(reqs, rec, scheduler, now, time.perf_counter() - wall0)
-
-
-def stderr_progress(label: str) -> Callable[[int, int], None]:
-    if not sys.stderr.isatty():
-        return lambda i, n: None
-
-    def show(i: int, n: int) -> None:
-        width = 30
-        done = int(width * i / max(1, n))
-        sys.stderr.write(f"\r{label} [{'#' * done}{'.' * (width - done)}] {i}/{n}")
-        if i >= n:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-    return show

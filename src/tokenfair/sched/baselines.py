@@ -3,7 +3,7 @@
 
 Each reproduces a published scheduler on tokenfair's shared mechanics
 (:mod:`tokenfair.sched.scheduler`); the facts they follow are in
-``shared/docs/anchors.md``.  All three use the same vLLM-style mechanics as ``fifo`` so that
+docs/SOURCES.md.  All three use the same vLLM-style mechanics as ``fifo`` so that
 a comparison isolates the *ordering* decision:
 
 * one shared token budget per step (``shared_budget = True``: the contract's
@@ -31,19 +31,20 @@ from .policy import Policy
 from .registry import register
 
 
-class _VllmMechanics(Policy):
+class VllmMechanics(Policy):
     """vLLM V1 mechanics shared by the baselines (see module docstring)."""
 
     shared_budget = True
     hol_blocking = True
     admit_after_preemption = False
+    supports_fast_forward = True       # exact for sjf, priority and vtc (tests/test_fastforward.py)
 
     def max_chunk(self) -> int:
         e = self.contract.engine
         return e.prefill_token_budget + e.decode_token_budget
 
 
-class _LazyHeapPolicy(_VllmMechanics):
+class _LazyHeapPolicy(VllmMechanics):
     """A waiting queue that is one heap of ``(key..., seq, qtoken, request)``.
 
     Complexity (n = entries in the heap, stale ones included; stale entries are at most one

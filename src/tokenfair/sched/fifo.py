@@ -1,4 +1,4 @@
-"""``fifo``: vLLM V1's default scheduler (see ../shared/docs/anchors.md).
+"""``fifo``: vLLM V1's default scheduler (docs/SOURCES.md, "vLLM V1").
 
 Running requests first, then waiting ones in arrival order; one shared token budget
 (``prefill_token_budget + decode_token_budget`` of the contract, i.e. max_num_batched_tokens);
@@ -22,6 +22,7 @@ class FifoPolicy(Policy):
     name = "fifo"
     shared_budget = True
     hol_blocking = True
+    supports_fast_forward = True
 
     def __init__(self) -> None:
         self._queue: deque[Request] = deque()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..request import Request, Status
+from ..workload import TraceRow
 
 
 # init=False: the constructors are written out, so that compiled they run as C (a generated
@@ -65,15 +66,25 @@ class StepResult:
 
 
 class Engine(Protocol):
-    """One continuous-batching engine.  The simulator and the PyTorch engine implement it."""
+    """One continuous-batching engine as the run loop drives it.  The simulator's
+    ``RowFedEngine`` and the PyTorch ``RealEngine`` implement it (checked by
+    tests/test_interfaces.py)."""
 
-    def add(self, req: Request) -> None: ...
+    def add(self, req: Request, row: TraceRow) -> None:
+        """Take a request the scheduler accepted (``row``: its trace row; the engine may read
+        what the scheduler must not, such as the true output length)."""
 
-    def execute(self, out: SchedulerOutput) -> StepResult: ...
+    def execute(self, out: SchedulerOutput) -> StepResult:
+        """Run one step as decided."""
+
+    def forget(self, req: Request) -> None:
+        """Drop a request that ended outside a step (aborted, expired): free its state."""
 
 
 class Scheduler(Protocol):
     def add_request(self, req: Request, now: float) -> None: ...
+
+    def reject(self, req: Request, reason: str, now: float) -> None: ...
 
     def has_work(self) -> bool: ...
 

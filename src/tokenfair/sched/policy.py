@@ -63,8 +63,9 @@ class Policy:
     admit_after_preemption: ClassVar[bool] = False  # vLLM admits nothing new in a step that preempted
     # a run of decode-only steps may be applied at once (sim/fastforward.py): only for policies
     # whose decode-only steps change nothing but what on_decoded / on_step_end change, and
-    # whose schedule-time calls in such a step read nothing but prefill_budget's arguments
-    supports_fast_forward: ClassVar[bool] = True
+    # whose schedule-time calls in such a step read nothing but prefill_budget's arguments.
+    # Off unless a policy opts in (and tests/test_fastforward.py shows it exact for it)
+    supports_fast_forward: ClassVar[bool] = False
 
     def bind(self, contract: Contract, profile: Profile, pool: BlockPool, predictor: Predictor) -> None:
         self.contract = contract
@@ -102,9 +103,6 @@ class Policy:
     # -- admission -----------------------------------------------------------------------
     def can_admit(self, req: Request, now: float, num_running: int) -> bool:
         return True
-
-    def first_chunk(self, req: Request, budget_left: int) -> int:
-        return min(req.num_uncomputed, budget_left, self.max_chunk())
 
     def prefill_budget(self, last_step: tuple[int, int, list[Request]], now: float) -> int:
         """This step's prefill token budget (the contract's, unless the policy shapes it).

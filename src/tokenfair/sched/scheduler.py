@@ -53,6 +53,7 @@ class IterationScheduler(AdmitMixin):
         self.num_recomputed_tokens = 0
         self.num_swapped_blocks = 0
         self.num_steps = 0                      # schedule() calls (numbers held-decode runs)
+        self.num_fast_forwarded_steps = 0       # of num_steps, those applied by sim/fastforward.py
         self.step_stats: tuple[int, int, list[Request]] = (0, 0, [])   # last step: decodes, ctx sum, prefills
         # after the last step: the only running requests that may not be decoding (None: unknown)
         self.maybe_prefilling: list[Request] | None = []
@@ -66,6 +67,10 @@ class IterationScheduler(AdmitMixin):
             return
         req.status = Status.WAITING
         self.policy.enqueue(req, now)
+
+    def reject(self, req: Request, reason: str, now: float) -> None:
+        """End a request refused at intake, before it ever entered the queue."""
+        self._end(req, Status.REJECTED, reason, now)
 
     def has_work(self) -> bool:
         return bool(self.running) or self.policy.num_waiting() > 0

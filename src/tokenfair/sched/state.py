@@ -31,6 +31,7 @@ class SchedulerState:
     num_recomputed_tokens: int
     num_swapped_blocks: int
     num_steps: int                          # schedule() calls (numbers held-decode runs)
+    num_fast_forwarded_steps: int           # of num_steps, those applied by sim/fastforward.py
     step_stats: tuple[int, int, list[Request]]     # last step: decodes, context sum, prefills
     maybe_prefilling: list[Request] | None  # after the last step: the only running requests
                                             # that may not be decoding (None: unknown)

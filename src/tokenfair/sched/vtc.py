@@ -8,13 +8,13 @@ from collections import deque
 
 from ..exactfloat import add_repeated
 from ..request import Request
-from .baselines import _VllmMechanics
+from .baselines import VllmMechanics
 from .registry import register
 
 
-class VtcPolicy(_VllmMechanics):
+class VtcPolicy(VllmMechanics):
     """``vtc``: the Virtual Token Counter (Sheng et al., "Fairness in Serving Large Language
-    Models", OSDI 2024), as anchors.md describes the paper and its artifact.
+    Models", OSDI 2024), as docs/SOURCES.md states the paper and its artifact.
 
     State per tenant ``u``: counter ``c[u]`` (0 on first sight), FIFO queue ``Q[u]``, weight
     ``w[u]`` (the contract tenant's ``weight``).  Cost weights ``w_p`` (input token, default

@@ -118,7 +118,7 @@ class EngineBackend(EngineWorker, Service):
             with self.lock:
                 for job in list(self.jobs.values()):
                     if not job.req.status.is_terminal:
-                        self.sched._end(job.req, Status.FAILED, "shutdown: engine stopped", self.now())
+                        self.sched.abort(job.req, Status.FAILED, "shutdown: engine stopped", self.now())
                 ended = self._drain_ended()
             self._publish([], ended, threadsafe=False)
 

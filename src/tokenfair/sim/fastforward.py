@@ -177,6 +177,7 @@ def _segment(sched: IterationScheduler, engine: RowFedEngine, recorder: Recorder
     recorder.record_run(tenants, classes, ends, durations, usage_after, len(sched.running))
     sched.step_stats = (n, ctx + (k - 1) * n, [])
     sched.num_steps += k                  # as k schedule() calls would (numbers decode holds)
+    sched.num_fast_forwarded_steps += k
     sched.maybe_prefilling = []           # every running request decodes
     return t, k, finishing, counts
 
