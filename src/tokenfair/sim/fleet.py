@@ -25,7 +25,7 @@ from ..contract import Contract
 from ..costmodel import Profile
 from ..intake import make_request
 from ..recorder import Recorder
-from ..request import Request, Status
+from ..request import Request
 from ..sched.scheduler import IterationScheduler
 from ..workload import Workload
 from .fleet_gate import FleetGate
@@ -191,7 +191,7 @@ def _run_routed(rows, contract: Contract, replicas: list[Replica], router, final
         req, reject = make_request(row, i, contract)
         final[i] = req
         if reject is not None:
-            replicas[0].sched._end(req, Status.REJECTED, reject, t)
+            replicas[0].sched.reject(req, reject, t)
         else:
             r = replicas[router.choose(replicas, row.prefix_hashes)]
             _advance(r, t, True)
@@ -235,7 +235,7 @@ def _run_gated(rows, contract: Contract, replicas: list[Replica], router, gate: 
             req, reject = make_request(row, i, contract)
             final[i] = req
             if reject is not None:
-                replicas[0].sched._end(req, Status.REJECTED, reject, row.arrival_s)
+                replicas[0].sched.reject(req, reject, row.arrival_s)
             else:
                 gate.arrive(req, row.arrival_s)
                 gate.dispatch(row.arrival_s, replicas, router, hashes_of, release)

@@ -7,11 +7,10 @@ from typing import Callable
 
 from ..contract import Contract
 from ..costmodel import Profile
-from ..metrics import summarize
 from ..workload import Workload
 from .fleet import FleetConfig, simulate_fleet_once
 from .fleet_metrics import fleet_records, fleet_summary, fleet_timeline
-from .simulate import SimOutput, isolated_baselines
+from .simulate import SimOutput, run_summary
 
 
 def simulate_fleet(workload: Workload, policy: str, contract: Contract, profile: Profile,
@@ -22,13 +21,7 @@ def simulate_fleet(workload: Workload, policy: str, contract: Contract, profile:
     run = simulate_fleet_once(workload, policy, contract, profile, config, progress)
     records = fleet_records(run)
     timeline = fleet_timeline(run)
-    iso_req = iso_ten = None
-    if isolated:
-        iso_req, iso_ten = isolated_baselines(workload, policy, contract, profile, run.scheduler.policy,
-                                              max_isolated_tenants)
-    summary = summarize(records, timeline, contract, iso_req, iso_ten)
-    summary.update({"policy": policy, "profile": profile.name, "workload": workload.name,
-                    **contract.identity(), "sim_wall_s": run.wall_s,
-                    "predictor": run.scheduler.predictor.report(),
-                    "fleet": fleet_summary(run, config, summary["makespan_s"])})
+    summary = run_summary(workload, policy, contract, profile, records, timeline, run.scheduler, run.wall_s,
+                          isolated, max_isolated_tenants)
+    summary["fleet"] = fleet_summary(run, config, summary["makespan_s"])
     return SimOutput(records, summary, timeline, run)

@@ -20,7 +20,7 @@ from typing import Sequence
 from ..contract import Contract
 from ..costmodel import Profile
 from ..recorder import Recorder
-from ..request import Request, Status
+from ..request import Request
 from ..sched.registry import make_policy
 from ..sched.scheduler import IterationScheduler
 from ..workload import TraceRow
@@ -61,8 +61,7 @@ class Replica:
         ``loop.run`` does for an arrival, plus the prefix-cache lookup."""
         self.num_routed += 1
         if row.prompt_tokens + 1 > self.capacity_tokens:
-            self.sched._end(req, Status.REJECTED,
-                            f"prompt_exceeds_kv_capacity: {row.prompt_tokens} tokens > {self.capacity_tokens}", t)
+            self.sched.reject(req, f"prompt_exceeds_kv_capacity: {row.prompt_tokens} tokens > {self.capacity_tokens}", t)
         else:
             self.fed.add(req, row)
             if self.cache is not None and row.prefix_hashes:

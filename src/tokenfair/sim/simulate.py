@@ -44,15 +44,25 @@ def simulate(workload: Workload, policy: str, contract: Contract, profile: Profi
     records = [request_record(r) for r in res.requests]
     timeline = res.recorder.to_json()
     timeline["swap_s"] = res.extra.get("swap_s", 0.0)
+    summary = run_summary(workload, policy, contract, profile, records, timeline, res.scheduler, res.wall_s,
+                          isolated, max_isolated_tenants)
+    return SimOutput(records, summary, timeline, res)
+
+
+def run_summary(workload: Workload, policy: str, contract: Contract, profile: Profile,
+                records: list[dict[str, Any]], timeline: dict[str, Any], sched: IterationScheduler,
+                wall_s: float, isolated: bool, max_isolated_tenants: int) -> dict[str, Any]:
+    """summary.json for a run's records and timeline: metrics, isolated baselines when asked
+    (``sched``: the run's scheduler -- its policy's chunking, its predictor's report)."""
     iso_req = iso_ten = None
     if isolated:
-        iso_req, iso_ten = isolated_baselines(workload, policy, contract, profile, res.scheduler.policy,
+        iso_req, iso_ten = isolated_baselines(workload, policy, contract, profile, sched.policy,
                                               max_isolated_tenants)
     summary = summarize(records, timeline, contract, iso_req, iso_ten)
     summary.update({"policy": policy, "profile": profile.name, "workload": workload.name,
-                    **contract.identity(), "sim_wall_s": res.wall_s,
-                    "predictor": res.scheduler.predictor.report()})
-    return SimOutput(records, summary, timeline, res)
+                    **contract.identity(), "sim_wall_s": wall_s,
+                    "predictor": sched.predictor.report()})
+    return summary
 
 
 def isolated_baselines(workload: Workload, policy: str, contract: Contract, profile: Profile,
