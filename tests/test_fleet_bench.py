@@ -22,11 +22,11 @@ def test_bench_sim_reports_the_whole_command():
 
 
 def test_bench_fleet_cli_json_and_bad_router():
-    res = subprocess.run([sys.executable, "-m", "tokenfair", "bench", "fleet", "hol", "--replicas", "2",
+    res = subprocess.run([sys.executable, "-m", "tokenfair", "bench", "fleet-sim", "hol", "--replicas", "2",
                           "--max-requests", "300", "--no-whole", "--json"], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     row = json.loads(res.stdout.strip().splitlines()[-1])
     assert row["replicas"] == 2 and row["requests"] == 300 and "whole_wall_s" not in row
-    bad = subprocess.run([sys.executable, "-m", "tokenfair", "bench", "fleet", "hol", "--router", "nope"],
+    bad = subprocess.run([sys.executable, "-m", "tokenfair", "bench", "fleet-sim", "hol", "--router", "nope"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "router" in bad.stderr

@@ -116,6 +116,6 @@ def test_gate_reads_a_service_records_file(files, tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     res = CliRunner().invoke(app, ["gate", str(path), "--baseline", str(files["base"]), "--candidate",
                                    str(files["starve"]), "--out", str(tmp_path / "rec")])
-    assert res.exit_code == 1 and "tenant[light].starvation_events vs baseline" in res.output
+    assert res.exit_code == 1 and "tenant[light].overdue_requests vs baseline" in res.output
     summary = json.loads((tmp_path / "rec" / "records" / "baseline" / "summary.json").read_text())
     assert summary["requests"] == len(recs) and summary["workload"] == "records"

@@ -17,6 +17,7 @@ import typer
 from .cli_common import fail
 
 KEY_HELP = "admin key (default: $TOKENFAIR_ADMIN_KEY)"
+VERDICT_GRACE_S = 30.0      # --wait gives up this long after the canary period
 POLL_S = 0.5
 
 
@@ -71,11 +72,15 @@ def contract_push(path: Path = typer.Argument(..., help="contract YAML to apply"
         if canary_s is None or not wait:
             return
         label = f"{c.version}@{c.content_hash}"
+        deadline = time.monotonic() + canary_s + VERDICT_GRACE_S
         while True:
             time.sleep(POLL_S)
             state = _call(client, "GET", "/admin/contract")
             if state.get("canary") is None or state["canary"]["candidate"] != label:
                 break
+            if time.monotonic() > deadline:
+                typer.echo(f"canary of {label}: no verdict {VERDICT_GRACE_S:g}s after its period ended")
+                raise typer.Exit(1)
     ev = next((e for e in reversed(state["events"]) if e["event"] in ("canary_passed", "rollback", "apply",
                                                                           "reload")), None)
     _show(state)

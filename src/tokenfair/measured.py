@@ -30,6 +30,10 @@ def measured_summary(records: list[dict], starving: dict[tuple[str, str], int] |
     tenants = {t: group_metrics(v, None) for t, v in sorted(by_tenant.items())}
     classes = {c: group_metrics(v, None) for c, v in sorted(by_class.items())}
     overall = group_metrics(records, None)
+    # starvation, seen live: requests still queued past their class's max wait with nothing
+    # served to them (the ended records' waits past max wait are ``overdue_requests``)
+    for group in [*tenants.values(), *classes.values(), overall]:
+        group["starvation_events"] = 0
     for (tenant, klass), n in starving.items():
         tenants[tenant]["starvation_events"] += n
         classes[klass]["starvation_events"] += n

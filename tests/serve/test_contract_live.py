@@ -123,15 +123,18 @@ def test_bad_contract_is_refused_and_the_old_one_keeps_serving(stack):
 
 def test_rollback_and_removed_tenants(stack):
     gw, gt = stack
-    # v2 removes tenant light; b's key moves under the default template (b keeps its name)
-    v2 = contract("v2", light=None, b=None)
-    v2["default_tenant"] = {"weight": 0.5, "api_key_sha256": [hash_key(KEYS["b"])]}
+    # v2 removes tenant light: its key gets a clear refusal naming the version
+    v2 = contract("v2", light=None)
     assert httpx.post(gt.url + "/admin/contract", content=yaml_body(v2), headers=ADMIN).status_code == 200
     r = httpx.post(gt.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, headers=key("light"))
     assert r.status_code == 401 and "tenant_removed" in r.json()["error"]["message"] and "'v2'" in r.text
     r = httpx.post(gt.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, headers=key("b"), timeout=10)
-    assert r.status_code == 200 and r.headers["x-tokenfair-tenant"] == "b"
-    assert gw.policy.tenants["b"].weight == 0.5            # served under the default template
+    assert r.status_code == 200 and r.headers["x-tokenfair-tenant"] == "b"      # the others go on
+    # keys under default_tenant are refused (a key names one tenant)
+    v3 = contract("v3", light=None)
+    v3["default_tenant"] = {"weight": 0.5, "api_key_sha256": [hash_key(KEYS["light"])]}
+    r = httpx.post(gt.url + "/admin/contract", content=yaml_body(v3), headers=ADMIN)
+    assert r.status_code == 400 and "default_tenant" in r.json()["error"]["message"]
     r = httpx.post(gt.url + "/admin/contract/rollback", headers=ADMIN)
     assert r.status_code == 200 and r.json()["version"] == "v1"
     r = httpx.post(gt.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, headers=key("light"), timeout=10)

@@ -14,9 +14,9 @@ rollback, ``POST /admin/contract/rollback``) is decided, then applied:
           the class parameters they were admitted with; new requests use the new version.
 
 Tenants removed from the contract: their queued and running requests go on under the
-default template; their keys stop authenticating (401 naming the version that removed them)
-unless the new contract lists the key's digest under ``default_tenant.api_key_sha256``, in
-which case the tenant keeps its name and is served under the default template.
+default template; their keys stop authenticating, with a clear refusal (401
+``tenant_removed`` naming the version that removed them).  A key names one tenant, so a
+contract cannot list keys under ``default_tenant``: to keep serving a tenant, keep it.
 
 Every response carries ``x-tokenfair-contract: VERSION@HASH``; every record names the version
 that admitted the request (``contract_version``).
@@ -94,14 +94,9 @@ class LiveKeyRing(KeyRing):
         self.version = contract.version
         if previous is None:
             return
-        kept = {d.strip().lower() for d in contract.default_tenant.api_key_sha256}
         old = dict(previous.by_hash) | dict(getattr(previous, "removed", {}))
         for digest, tenant in old.items():
-            if digest in self.by_hash:
-                continue
-            if digest in kept:
-                self.by_hash[digest] = tenant
-            else:
+            if digest not in self.by_hash:
                 self.removed[digest] = tenant
 
     def tenant_for(self, authorization: str | None, x_api_key: str | None = None) -> str:
