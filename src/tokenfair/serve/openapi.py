@@ -30,6 +30,15 @@ ROUTES = {
     "/healthz": ("get", None, None, {503: "Not ready (shutting down, engine broken, no backend up)"}),
 }
 PUBLIC = {"/healthz", "/metrics"}
+_ADMIN_AUTH = {401: "The admin key is required (not a tenant key)",
+               403: "Admin endpoints are off (start with --admin-key-sha256)"}
+ADMIN_ROUTES = {     # serve/admin.py: the contract in force, live changes, canaries
+    ("/admin/contract", "get"): _ADMIN_AUTH,
+    ("/admin/contract", "post"): {**_ADMIN_AUTH, 400: "The contract (YAML body) or a query parameter is invalid; "
+                                  "the contract in force stays", 413: "Contract body too large"},
+    ("/admin/contract/rollback", "post"): {**_ADMIN_AUTH, 409: "No previous version to roll back to"},
+    ("/admin/contract/reload", "post"): {**_ADMIN_AUTH, 400: "The contract file is invalid; the one in force stays"},
+}
 
 
 def _add_schema(components: dict, model) -> dict:
@@ -65,6 +74,13 @@ def build_openapi(app) -> dict:
             "schema": error_ref if path != "/healthz" else {"type": "object"}}}} for s, d in errors.items()}}
         if path not in PUBLIC:
             op["security"] = [{"bearer": []}]
+    for (path, method), errors in ADMIN_ROUTES.items():
+        op = doc.get("paths", {}).get(path, {}).get(method)
+        if op is None:
+            continue
+        op.setdefault("responses", {}).update({str(s): {"description": d, "content": {"application/json": {
+            "schema": error_ref}}} for s, d in errors.items()})
+        op["security"] = [{"bearer": []}]
     return doc
 
 
