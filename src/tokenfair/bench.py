@@ -79,7 +79,7 @@ def _sim_child(spec: dict) -> dict:
     """The loop alone (``simulate_once``), then -- unless ``whole`` is false -- the whole
     command as ``tokenfair simulate`` runs it: reading the trace, the run, isolated baselines,
     metrics and the three files (into a temporary folder)."""
-    contract, wl = _bench_workload(spec)
+    contract, wl = bench_workload(spec)
     t0, c0 = time.perf_counter(), time.process_time()
     res = simulate_once(wl, spec["policy"], contract, load_profile(spec.get("profile")))
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -88,7 +88,7 @@ def _sim_child(spec: dict) -> dict:
     del res
     if spec.get("whole", True):
         c1 = time.process_time()
-        whole = _whole_command(spec, lambda: _bench_workload(spec),
+        whole = whole_command(spec, lambda: bench_workload(spec),
                                lambda wl, c, p: simulate(wl, spec["policy"], c, p))
         out.update({"whole_wall_s": whole, "whole_cpu_s": time.process_time() - c1,
                     "whole_requests_per_s": len(wl.rows) / whole})
@@ -96,7 +96,7 @@ def _sim_child(spec: dict) -> dict:
     return out | {"peak_rss_mb": rss_mb, "core": core_kind()}
 
 
-def _bench_workload(spec: dict):
+def bench_workload(spec: dict):
     from .cli_common import resolve_workload
     from .traces import spread_tenants
     wl, contract = resolve_workload(spec["workload"], spec["seed"])
@@ -111,7 +111,7 @@ def _bench_workload(spec: dict):
     return contract or parse_contract({}), wl
 
 
-def _whole_command(spec: dict, load, run) -> float:
+def whole_command(spec: dict, load, run) -> float:
     """Wall seconds of ``load()`` (reading: contract, workload) + ``run(workload, contract,
     profile)`` + writing the three files."""
     import tempfile

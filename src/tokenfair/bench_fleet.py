@@ -12,7 +12,7 @@ import resource
 import time
 
 from .core_build import core_kind
-from .bench import _bench_workload, _whole_command, run_child
+from .bench import bench_workload, whole_command, run_child
 from .costmodel import load_profile
 
 
@@ -23,7 +23,7 @@ def _fleet_config(spec: dict):
 
 
 def _scaled(spec: dict):
-    contract, wl = _bench_workload(spec)
+    contract, wl = bench_workload(spec)
     if spec.get("rate_scale", 1.0) != 1.0:
         from .traces import scale_rate
         wl = scale_rate(wl, spec["rate_scale"])
@@ -45,7 +45,7 @@ def fleet_child(spec: dict) -> dict:
     del run
     if spec.get("whole", True):
         c1 = time.process_time()
-        whole = _whole_command(spec, lambda: _scaled(spec),
+        whole = whole_command(spec, lambda: _scaled(spec),
                                lambda w, c, p: simulate_fleet(w, spec["policy"], c, p, config))
         out.update({"whole_wall_s": whole, "whole_cpu_s": time.process_time() - c1,
                     "whole_requests_per_s": len(wl.rows) / whole})

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from .cli_common import (USER_ERRORS, _message, fail, report_skipped, resolve_contract,  # noqa: F401
+from .cli_common import (USER_ERRORS, error_message, fail, report_skipped, resolve_contract,  # noqa: F401
                          resolve_workload, shape_workload)
 from .cli_sim_fleet import fleet_config
 from .contract import ContractError, contract_schema, load_contract
@@ -75,7 +75,7 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
         fleet = None if replicas is None else fleet_config(wl, c, prof, replicas, router, fleet_policy,
                                                            prefix_cache, gateway_window, cached_discount, load_bound)
     except USER_ERRORS as err:
-        fail(_message(err))
+        fail(error_message(err))
     report_skipped(wl)
     if fleet is not None:
         from .sim.fleet_simulate import simulate_fleet
@@ -128,7 +128,7 @@ def bench_scheduler_cmd(policies: str = typer.Option("fifo,vtc,fair", help="comm
             make_policy(p)
         sizes = [int(w) for w in waiting.split(",") if w]
     except USER_ERRORS as err:
-        fail(_message(err))
+        fail(error_message(err))
     rows = [bench_scheduler(p, running, w, tenants, iterations, repeats) for w in sizes for p in names]
     for r in rows:
         if json_out:

@@ -87,7 +87,7 @@ def resolve_contract(path: Optional[Path], default: Contract | None) -> Contract
     return default or Contract()
 
 
-def _message(err: Exception) -> str:
+def error_message(err: Exception) -> str:
     return err.args[0] if isinstance(err, KeyError) and err.args else str(err)
 
 

@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from .cli_common import (USER_ERRORS, _message, fail, report_skipped, resolve_contract, resolve_workload,
+from .cli_common import (USER_ERRORS, error_message, fail, report_skipped, resolve_contract, resolve_workload,
                          shape_workload)
 from .compare import DEFAULT_POLICIES
 
@@ -79,7 +79,7 @@ def compare(workload: str = typer.Argument(..., help="built-in scenario (hol, wh
         prof = load_profile(profile)
         gate = load_thresholds(thresholds)
     except USER_ERRORS as err:
-        fail(_message(err))
+        fail(error_message(err))
     report_skipped(wl)
     summaries = run_compare(wl, c, prof, names, out, thresholds=gate,
                             progress=lambda m: typer.echo(m, err=True))

@@ -13,7 +13,7 @@ from typing import List, Optional
 
 import typer
 
-from .cli_common import USER_ERRORS, _message, fail, resolve_workload
+from .cli_common import USER_ERRORS, error_message, fail, resolve_workload
 
 STORE_HELP = "contract store folder (plain files; keep it in git)"
 
@@ -42,7 +42,7 @@ def contract_apply(path: Path = typer.Argument(..., help="contract YAML with a v
     try:
         e = ContractStore(store).apply(path, message)
     except USER_ERRORS as err:
-        fail(_message(err))
+        fail(error_message(err))
     typer.echo(f"applied {e.version}@{e.hash} at {e.time} (previous: {e.previous or 'none'})")
 
 
@@ -53,7 +53,7 @@ def contract_history(store: Path = typer.Option(..., help=STORE_HELP)) -> None:
         s = ContractStore(store)
         hist, cur = s.history(), s.current()
     except USER_ERRORS as err:
-        fail(_message(err))
+        fail(error_message(err))
     if not hist:
         typer.echo(f"{store}: no changes recorded")
     for i, e in enumerate(hist):
@@ -73,7 +73,7 @@ def contract_show(version: Optional[str] = typer.Argument(None, help="version la
         c = s.load(label)
         text = s.text(label)
     except USER_ERRORS as err:
-        fail(_message(err))
+        fail(error_message(err))
     typer.echo(f"# {c.version}@{c.content_hash}")
     typer.echo(text.rstrip("\n"))
 
@@ -87,7 +87,7 @@ def contract_diff(a: str = typer.Argument(..., help="version label in --store, o
     try:
         ca, cb = resolve_contract_ref(a, store), resolve_contract_ref(b, store)
     except USER_ERRORS as err:
-        fail(_message(err))
+        fail(error_message(err))
     typer.echo(format_diff(diff_contracts(ca, cb)))
 
 
@@ -99,7 +99,7 @@ def contract_rollback(version: Optional[str] = typer.Argument(None, help="versio
     try:
         e = ContractStore(store).rollback(version, message)
     except USER_ERRORS as err:
-        fail(_message(err))
+        fail(error_message(err))
     typer.echo(f"rolled back to {e.version}@{e.hash} (from {e.previous})")
 
 
@@ -145,7 +145,7 @@ def gate(traces: List[str] = typer.Argument(..., help="traces: built-in scenario
         a, b = resolve_contract_ref(baseline, store), resolve_contract_ref(candidate, store)
         prof, th, wls = sim_inputs(profile, thresholds, policy, traces, seed, max_requests)
     except USER_ERRORS as err:
-        fail(_message(err))
+        fail(error_message(err))
     gates = run_gate(wls, a, b, prof, th, policy=policy, out_dir=out, progress=lambda m: typer.echo(m, err=True))
     for g in gates:
         typer.echo(gate_table(g))

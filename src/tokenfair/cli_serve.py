@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import typer
 
-from .cli_common import USER_ERRORS, _message, fail, resolve_contract, resolve_workload
+from .cli_common import USER_ERRORS, error_message, fail, resolve_contract, resolve_workload
 from .serve.defaults import CLOSE_S, DEFAULT_GRACE_S, DEFAULT_MAX_BODY_BYTES
 
 
@@ -107,7 +107,7 @@ def serve(model: str = typer.Option("default", help="'default' (SmolLM2-135M GGU
         svc.metrics_key_sha256 = _digest("--metrics-key-sha256", metrics_key_sha256)
         _live(svc, contract, admin_key_sha256, thresholds)
     except (*USER_ERRORS, OSError) as err:
-        fail(_message(err))
+        fail(error_message(err))
     typer.echo(f"serving {svc.served_model} on http://{host}:{port}/v1 (policy {policy}, "
                f"KV {svc.capacity_tokens} tokens, contract {c.version}@{c.content_hash})", err=True)
     _run_server(create_app(svc, grace_s), svc, host, port, grace_s, log_level)
@@ -186,7 +186,7 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
         gw.metrics_key_sha256 = _digest("--metrics-key-sha256", metrics_key_sha256)
         _live(gw, contract, admin_key_sha256, thresholds)
     except (*USER_ERRORS, OSError) as err:
-        fail(_message(err))
+        fail(error_message(err))
     typer.echo(f"gateway on http://{host}:{port}/v1 -> {', '.join(b.url for b in gw.backends)} (policy {policy})",
                err=True)
     _run_server(create_app(gw, grace_s), gw, host, port, grace_s, log_level)
@@ -222,7 +222,7 @@ def load(workload: str = typer.Argument(..., help="built-in scenario or trace pa
         if time_scale <= 0 or max_connections <= 0 or timeout <= 0:
             raise ValueError("time_scale, timeout and max_connections must be > 0")
     except USER_ERRORS as err:
-        fail(_message(err))
+        fail(error_message(err))
     cfg = LoadConfig(url=url[0], more_urls=tuple(url[1:]), keys=key_map, endpoint=endpoint, model=model, time_scale=time_scale, seed=seed,
                      timeout_s=timeout, max_connections=max_connections)
     _, summary, _ = run_load(wl.rows, cfg, c, out, wl.name)

@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import typer
 
-from .cli_common import USER_ERRORS, _message, fail
+from .cli_common import USER_ERRORS, error_message, fail
 
 STORE_HELP = "contract store folder, to look up --live / --candidate / the records' version by label"
 
@@ -58,7 +58,7 @@ def shadow(records: Path = typer.Argument(..., help="serve/gateway --records fil
         th = load_thresholds(thresholds)
         make_policy(policy)
     except USER_ERRORS as err:
-        fail(_message(err))
+        fail(error_message(err))
 
     res = run_shadow(recs, wl, live_c, cand, prof, th, policy=policy, out_dir=out)
     typer.echo(shadow_table(res))
@@ -99,7 +99,7 @@ def sweep(traces: List[str] = typer.Argument(..., help="traces: built-in scenari
         base = resolve_contract_ref(baseline, store) if baseline is not None else g.base
         prof, th, wls = sim_inputs(profile, thresholds, policy, traces, seed, max_requests)
     except USER_ERRORS as err:
-        fail(_message(err))
+        fail(error_message(err))
     console = Console(stderr=True)
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as bar:

@@ -212,7 +212,7 @@ class Contract(_Frozen):
         return {"contract_version": self.version, "contract_hash": self.content_hash}
 
 
-def _format_errors(err: ValidationError, source: str) -> str:
+def format_errors(err: ValidationError, source: str) -> str:
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
@@ -232,7 +232,7 @@ def parse_contract(data: object, source: str = "<contract>") -> Contract:
     try:
         return Contract.model_validate(data)
     except ValidationError as err:
-        raise ContractError(_format_errors(err, source)) from None
+        raise ContractError(format_errors(err, source)) from None
 
 
 def read_yaml(path: str | Path, what: str, error: type[ValueError]) -> object:

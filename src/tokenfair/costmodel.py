@@ -32,7 +32,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .contract import _format_errors
+from .contract import format_errors
 from .stepcost import LinearCost, RooflineCost, StepCost
 
 
@@ -147,4 +147,4 @@ def load_profile(name_or_path: str | None) -> Profile:
     try:
         return Profile.model_validate(data)
     except ValidationError as err:
-        raise ProfileError(_format_errors(err, str(p))) from None
+        raise ProfileError(format_errors(err, str(p))) from None

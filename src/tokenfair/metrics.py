@@ -120,7 +120,7 @@ def group_metrics(recs: list[dict], isolated_e2e: dict[str, float] | None) -> di
     }
 
 
-def _backlog_buckets(recs: Iterable[dict], key: str, n_buckets: int, bucket_s: float) -> dict[str, np.ndarray]:
+def backlog_buckets(recs: Iterable[dict], key: str, n_buckets: int, bucket_s: float) -> dict[str, np.ndarray]:
     diffs: dict[str, np.ndarray] = {}
     for rec in recs:
         start = rec["arrival_s"] + BACKLOG_GRACE_S
@@ -137,7 +137,7 @@ def _backlog_buckets(recs: Iterable[dict], key: str, n_buckets: int, bucket_s: f
     return {k: np.cumsum(v)[:n_buckets] > 0 for k, v in diffs.items()}
 
 
-def _service_array(series: dict, n_buckets: int) -> np.ndarray:
+def service_array(series: dict, n_buckets: int) -> np.ndarray:
     out = np.zeros(n_buckets)
     for b, v in series.items():
         b = int(b)
@@ -165,8 +165,8 @@ def fairness(recs: list[dict], timeline: dict, contract: Contract, window_s: flo
     bucket_s = timeline["bucket_s"]
     n_buckets = 1 + max([int(b) for b in timeline["tokens"]] or [0])
     per_window = max(1, int(round(window_s / bucket_s)))
-    backlog = _backlog_buckets(recs, "tenant", n_buckets, bucket_s)
-    service = {t: _service_array(s, n_buckets) for t, s in timeline["tenant_service"].items()}
+    backlog = backlog_buckets(recs, "tenant", n_buckets, bucket_s)
+    service = {t: service_array(s, n_buckets) for t, s in timeline["tenant_service"].items()}
     jains, devs = [], defaultdict(list)
     for w0 in range(0, n_buckets - per_window + 1, per_window):
         sl = slice(w0, w0 + per_window)
@@ -184,8 +184,8 @@ def fairness(recs: list[dict], timeline: dict, contract: Contract, window_s: flo
         for t in members:
             devs[t].append(served[t] / total - ent[t])
     classes = {}
-    cbacklog = _backlog_buckets(recs, "class", n_buckets, bucket_s)
-    cservice = {c: _service_array(s, n_buckets) for c, s in timeline["class_service"].items()}
+    cbacklog = backlog_buckets(recs, "class", n_buckets, bucket_s)
+    cservice = {c: service_array(s, n_buckets) for c, s in timeline["class_service"].items()}
     all_service = sum(service.values()) if service else np.zeros(n_buckets)
     for c, spec in contract.classes.items():
         if spec.min_share <= 0 or c not in cbacklog:

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .report_plots import (CDF_POINTS, DPI, MAX_GROUPS, SMOOTH_S, _fig_latency, _fig_preemptions, _fig_queue_kv,
+from .report_plots import (CDF_POINTS, DPI, MAX_GROUPS, SMOOTH_S, fig_latency, fig_preemptions, fig_queue_kv,
                            _fig_shares, _fig_slowdown)
 from .thresholds import Check, evaluate, load_thresholds
 
@@ -176,7 +176,7 @@ def render_section(scenario: str, runs: dict[str, dict]) -> str:
               "<p class=how>Cumulative distribution (log time axis): a curve further left is faster; a long flat "
               "tail on the right is a group kept waiting. Top row time to first token, bottom row time per "
               "output token.</p>",
-              _fig_latency(runs, key, groups, fig)]
+              fig_latency(runs, key, groups, fig)]
     parts += [f"<h3>Slowdown per {key}</h3>",
               "<p class=how>End-to-end latency divided by the same request's latency alone on an empty engine "
               "(1 = no interference). Bars: median; black ticks: P99. Log scale.</p>",
@@ -184,8 +184,8 @@ def render_section(scenario: str, runs: dict[str, dict]) -> str:
     parts += ["<h3>Queue length and KV cache use</h3>",
               "<p class=how>Waiting requests and the fraction of KV blocks held at the end of each second. A queue "
               "that never drains means the workload overloads the engine; KV near 100% explains preemptions.</p>",
-              _fig_queue_kv(runs, fig)]
-    pre = _fig_preemptions(runs, fig)
+              fig_queue_kv(runs, fig)]
+    pre = fig_preemptions(runs, fig)
     parts += ["<h3>Preemption timeline</h3>",
               "<p class=how>One tick per preempted request (KV shortage or an urgent request), per policy; the count "
               "is in brackets.</p>",

@@ -17,7 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from .metrics import _backlog_buckets, _service_array, entitled_shares
+from .metrics import backlog_buckets, service_array, entitled_shares
 
 MAX_GROUPS = 8
 SMOOTH_S = 10.0
@@ -35,7 +35,7 @@ def _png(fig: Figure) -> str:
     return f'<img class="plot" alt="plot" src="data:image/png;base64,{data}">'
 
 
-_series = _service_array   # per-bucket sums over n buckets (metrics.py)
+_series = service_array   # per-bucket sums over n buckets (metrics.py)
 
 
 def _last_value_series(d: dict, n: int) -> np.ndarray:
@@ -90,7 +90,7 @@ def _fig_shares(runs: dict, fig: Figure) -> str:
         total = _trailing_sum(sum(service.values()) if service else np.zeros(n), w)
         ok = total > 0
         x = (np.arange(n) + 1) * bucket_s
-        backlog = _backlog_buckets(run["records"], "tenant", n, bucket_s)
+        backlog = backlog_buckets(run["records"], "tenant", n, bucket_s)
         contract = run.get("contract")
         weights = {t: (contract.tenant(t).weight if contract else 1.0) for t in all_tenants}
         mins = {t: (contract.tenant(t).min_share if contract else 0.0) for t in all_tenants}
@@ -138,7 +138,7 @@ def _cdf(values: list[float]) -> tuple[np.ndarray, np.ndarray]:
     return a, np.arange(1, a.size + 1) / a.size
 
 
-def _fig_latency(runs: dict, key: str, groups: list[str], fig: Figure) -> str:
+def fig_latency(runs: dict, key: str, groups: list[str], fig: Figure) -> str:
     policies = list(runs)
     axes = fig.subplots(2, len(policies), squeeze=False)
     fig.set_size_inches(3.4 * len(policies) + 0.6, 5.6)
@@ -198,7 +198,7 @@ def _fig_slowdown(runs: dict, key: str, groups: list[str], fig: Figure) -> str:
     return _png(fig)
 
 
-def _fig_queue_kv(runs: dict, fig: Figure) -> str:
+def fig_queue_kv(runs: dict, fig: Figure) -> str:
     policies = list(runs)
     axes = fig.subplots(1, 2)
     fig.set_size_inches(13, 3.3)
@@ -220,7 +220,7 @@ def _fig_queue_kv(runs: dict, fig: Figure) -> str:
     return _png(fig)
 
 
-def _fig_preemptions(runs: dict, fig: Figure) -> str | None:
+def fig_preemptions(runs: dict, fig: Figure) -> str | None:
     policies = list(runs)
     events = {p: runs[p]["timeline"].get("preemptions", []) for p in policies}
     if not any(events.values()):

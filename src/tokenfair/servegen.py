@@ -48,8 +48,8 @@ from typing import Iterable
 
 import numpy as np
 
-from .traces_readers import SkippedRow, TraceWorkload, _finish
-from .workload import TraceRow, WorkloadError, _num
+from .traces_readers import SkippedRow, TraceWorkload, finish_workload
+from .workload import TraceRow, WorkloadError, parse_number
 
 DISTRIBUTIONS = ("Weibull", "Gamma", "Exponential", "")
 DEFAULT_WINDOW_S = 600.0
@@ -111,15 +111,15 @@ def read_client_trace(path: Path, skipped: list[SkippedRow] | None = None) -> li
                 if len(fields) != 6:
                     raise WorkloadError(f"{where}: expected 6 fields (window_start_s, rate, cv, distribution, "
                                         f"param1, param2), got {len(fields)}")
-                ts = _num(fields[0].strip(), float, where, "window_start_s", minimum=0)
-                rate = _num(fields[1].strip(), float, where, "rate_req_per_s", minimum=0)
-                cv = _num(fields[2].strip() or 0, float, where, "cv", minimum=0)
+                ts = parse_number(fields[0].strip(), float, where, "window_start_s", minimum=0)
+                rate = parse_number(fields[1].strip(), float, where, "rate_req_per_s", minimum=0)
+                cv = parse_number(fields[2].strip() or 0, float, where, "cv", minimum=0)
                 dist = fields[3].strip()
                 if dist not in DISTRIBUTIONS:
                     raise WorkloadError(f"{where}: field 'distribution': expected one of "
                                         f"{list(DISTRIBUTIONS[:3])} or empty, got {dist!r}")
-                p1 = _num(fields[4].strip() or 0, float, where, "param1")
-                p2 = _num(fields[5].strip() or 0, float, where, "param2")
+                p1 = parse_number(fields[4].strip() or 0, float, where, "param1")
+                p2 = parse_number(fields[5].strip() or 0, float, where, "param2")
                 if raw and ts <= raw[-1][0]:
                     raise WorkloadError(f"{where}: field 'window_start_s': {fields[0]!r} is not after the previous window")
             except WorkloadError as err:
@@ -164,7 +164,7 @@ def _parse_dataset(path: Path, skipped: list[SkippedRow] | None) -> list[tuple[f
     for key, fields in data.items():
         where = f"{path}: window {key!r}"
         try:
-            ts = _num(key, float, where, "window_start_s", minimum=0)
+            ts = parse_number(key, float, where, "window_start_s", minimum=0)
             if not isinstance(fields, dict):
                 raise WorkloadError(f"{where}: expected an object with 'input_tokens' and 'output_tokens'")
             pmfs = []
@@ -345,4 +345,4 @@ def generate_servegen(folder: str | Path, *, duration_s: float, seed: int, max_c
                 k += 1
     if not rows:
         raise WorkloadError(f"{folder}: no requests in [{t0}, {t1}) for clients {sorted(ids)}")
-    return _finish(f"servegen-{folder.name}", rows, skipped, str(folder))
+    return finish_workload(f"servegen-{folder.name}", rows, skipped, str(folder))

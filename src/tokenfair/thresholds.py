@@ -25,7 +25,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .contract import _format_errors, read_yaml
+from .contract import format_errors, read_yaml
 
 
 class ThresholdsError(ValueError):
@@ -133,7 +133,7 @@ def parse_thresholds(data: object, source: str = "<thresholds>") -> Thresholds:
     try:
         return Thresholds.model_validate(data)
     except ValidationError as err:
-        raise ThresholdsError(_format_errors(err, source)) from None
+        raise ThresholdsError(format_errors(err, source)) from None
 
 
 def load_thresholds(path: str | Path | None = None) -> Thresholds:

@@ -38,10 +38,9 @@ __all__ = [
     "load_workload",
 ]
 
-# Readers live in traces_readers and transforms in traces_transforms; these two are also
-# imported from here (parse_timestamp_ns by callers, _finish by tokenfair.servegen).
+# Readers live in traces_readers and transforms in traces_transforms; parse_timestamp_ns is
+# also imported from here by callers.
 parse_timestamp_ns = _readers.parse_timestamp_ns
-_finish = _readers._finish
 
 
 # --- locating the traces and one entry point ------------------------------------------------

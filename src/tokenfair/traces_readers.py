@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tokenfair.traces_transforms import spread_tenants
-from tokenfair.workload import (REQUIRED, TraceRow, Workload, WorkloadError, _num, json_object, read_trace,
+from tokenfair.workload import (REQUIRED, TraceRow, Workload, WorkloadError, parse_number, json_object, read_trace,
                                 row_from_mapping)
 
 
@@ -48,7 +48,7 @@ def _collect(skipped: list[SkippedRow] | None, path: Path, line: int, err: Workl
     skipped.append(SkippedRow(str(path), line, str(err)))
 
 
-def _finish(name: str, rows: list[TraceRow], skipped: list[SkippedRow] | None, source: str,
+def finish_workload(name: str, rows: list[TraceRow], skipped: list[SkippedRow] | None, source: str,
             rebase: bool = True) -> TraceWorkload:
     """Sort (stable), check ids, re-base arrivals to the first request."""
     if not rows:
@@ -69,7 +69,7 @@ def _int_field(d: dict, field: str, where: str) -> int:
     raw = d.get(field)
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         raise WorkloadError(f"{where}: field {field!r} is missing")
-    return _num(raw.strip() if isinstance(raw, str) else raw, int, where, field, minimum=1)
+    return parse_number(raw.strip() if isinstance(raw, str) else raw, int, where, field, minimum=1)
 
 
 # --- Azure LLM inference trace 2023 -------------------------------------------------------
@@ -146,7 +146,7 @@ def _read_azure(sources: list[tuple[Path, str]], skip_bad_rows: bool) -> TraceWo
     ns0 = min(ns for ns, _ in stamped)
     rows = [replace(r, arrival_s=(ns - ns0) / 1e9) for ns, r in stamped]
     name = "azure" if len(sources) == 2 else f"azure-{sources[0][1]}"
-    return _finish(name, rows, skipped, ", ".join(str(p) for p, _ in sources))
+    return finish_workload(name, rows, skipped, ", ".join(str(p) for p, _ in sources))
 
 
 def _azure_tenant_for(path: Path) -> str:
@@ -179,7 +179,7 @@ def read_mooncake(path: str | Path, *, tenant: str = "default", skip_bad_rows: b
                     raise WorkloadError(f"{where}: each line must be a JSON object")
                 if d.get("timestamp") is None:
                     raise WorkloadError(f"{where}: field 'timestamp' is missing")
-                ts = _num(d["timestamp"], float, where, "timestamp", minimum=0)
+                ts = parse_number(d["timestamp"], float, where, "timestamp", minimum=0)
                 hashes = d.get("hash_ids") or []
                 if not isinstance(hashes, list) or any(isinstance(h, bool) or not isinstance(h, int) for h in hashes):
                     raise WorkloadError(f"{where}: field 'hash_ids': expected a list of integers, got {hashes!r:.60}")
@@ -187,7 +187,7 @@ def read_mooncake(path: str | Path, *, tenant: str = "default", skip_bad_rows: b
                                      _int_field(d, "output_length", where), prefix_hashes=tuple(hashes)))
             except WorkloadError as err:
                 _collect(skipped, p, i, err)
-    wl = _finish(f"mooncake-{p.stem}", rows, skipped, str(p))
+    wl = finish_workload(f"mooncake-{p.stem}", rows, skipped, str(p))
     return spread_tenants(wl, num_tenants, seed=seed, zipf_s=zipf_s) if num_tenants else wl
 
 
@@ -217,12 +217,12 @@ def read_vtc(path: str | Path, *, skip_bad_rows: bool = False, num_tenants: int 
                 for f in ("req_id", "client", "arrival_s"):
                     if not (d.get(f) or "").strip():
                         raise WorkloadError(f"{where}: field {f!r} is missing")
-                rows.append(TraceRow(d["req_id"].strip(), _num(d["arrival_s"].strip(), float, where, "arrival_s", minimum=0),
+                rows.append(TraceRow(d["req_id"].strip(), parse_number(d["arrival_s"].strip(), float, where, "arrival_s", minimum=0),
                                      d["client"].strip(), _int_field(d, "prompt_len", where),
                                      _int_field(d, "output_len", where)))
             except WorkloadError as err:
                 _collect(skipped, p, i, err)
-    wl = _finish(f"vtc-{p.stem}", rows, skipped, str(p))
+    wl = finish_workload(f"vtc-{p.stem}", rows, skipped, str(p))
     return spread_tenants(wl, num_tenants, seed=seed, zipf_s=zipf_s) if num_tenants else wl
 
 
@@ -258,4 +258,4 @@ def read_tokenfair(path: str | Path, *, skip_bad_rows: bool = False) -> TraceWor
                     rows.append(row_from_mapping(json_object(line, f"{p}:{i}"), f"{p}:{i}"))
                 except WorkloadError as err:
                     _collect(skipped, p, i, err)
-    return _finish(p.stem, rows, skipped, str(p), rebase=False)
+    return finish_workload(p.stem, rows, skipped, str(p), rebase=False)

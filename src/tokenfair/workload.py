@@ -53,7 +53,7 @@ class Workload:
         return Workload(f"{self.name}[{tenant}]", tuple(r for r in self.rows if r.tenant == tenant))
 
 
-def _num(raw: object, kind: type, where: str, field: str, *, minimum: float | None = None):
+def parse_number(raw: object, kind: type, where: str, field: str, *, minimum: float | None = None):
     if isinstance(raw, bool):
         raise WorkloadError(f"{where}: field {field!r}: expected a number, got {raw!r}")
     try:
@@ -87,20 +87,20 @@ def row_from_mapping(d: dict, where: str) -> TraceRow:
     if not _blank(d.get("class")):
         opt["klass"] = str(d["class"]).strip()
     if not _blank(d.get("deadline_s")):
-        opt["deadline_s"] = _num(d["deadline_s"], float, where, "deadline_s", minimum=0)
+        opt["deadline_s"] = parse_number(d["deadline_s"], float, where, "deadline_s", minimum=0)
         if opt["deadline_s"] <= 0:
             raise WorkloadError(f"{where}: field 'deadline_s': must be > 0 seconds after arrival")
     if not _blank(d.get("priority")):
-        opt["priority"] = _num(d["priority"], float, where, "priority")
+        opt["priority"] = parse_number(d["priority"], float, where, "priority")
     if not _blank(d.get("max_tokens")):
-        opt["max_tokens"] = _num(d["max_tokens"], int, where, "max_tokens", minimum=1)
+        opt["max_tokens"] = parse_number(d["max_tokens"], int, where, "max_tokens", minimum=1)
     hashes = d.get("prefix_hashes", d.get("hash_ids")) or ()
     row = TraceRow(
         request_id=rid,
-        arrival_s=_num(d["arrival_s"], float, where, "arrival_s", minimum=0),
+        arrival_s=parse_number(d["arrival_s"], float, where, "arrival_s", minimum=0),
         tenant=tenant,
-        prompt_tokens=_num(d["prompt_tokens"], int, where, "prompt_tokens", minimum=1),
-        output_tokens=_num(d["output_tokens"], int, where, "output_tokens", minimum=1),
+        prompt_tokens=parse_number(d["prompt_tokens"], int, where, "prompt_tokens", minimum=1),
+        output_tokens=parse_number(d["output_tokens"], int, where, "output_tokens", minimum=1),
         prefix_hashes=tuple(int(h) for h in hashes),
         **opt,
     )

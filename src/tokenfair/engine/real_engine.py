@@ -37,7 +37,7 @@ from .loader import LoadedModel
 from .runner import ModelRunner, SeqWork
 from .step_isolation import run_isolated
 from .sampling import GREEDY
-from .sequence import GenerationPayload, _plain_vocab, _Seq
+from .sequence import GenerationPayload, plain_vocab, EngineSeq
 
 DEFAULT_KV_TOKENS = 16_384
 DEFAULT_BLOCK_SIZE = 16
@@ -63,7 +63,7 @@ class RealEngine:
         self.payloads = dict(payloads or {})
         self.keep_outputs = keep_outputs
         self.outputs: dict[str, list[int]] = {}     # request_id -> generated ids (keep_outputs)
-        self._seqs: dict[str, _Seq] = {}
+        self._seqs: dict[str, EngineSeq] = {}
         self._on_host: set[str] = set()
         self._vocab: np.ndarray | None = None
         self.busy_s = 0.0
@@ -97,10 +97,10 @@ class RealEngine:
             stop = payload.stop_token_ids
             stop_ids = frozenset() if payload.ignore_eos else frozenset(
                 self.config.eos_token_ids if stop is None else stop)
-            st = _Seq(req, req.prompt_tokens, max(1, min(limits)), payload.sampling, stop_ids,
+            st = EngineSeq(req, req.prompt_tokens, max(1, min(limits)), payload.sampling, stop_ids,
                       tuple(payload.stop_strings), payload, list(payload.prompt_ids))
         else:
-            st = _Seq(req, req.prompt_tokens, max(1, min(limits)), GREEDY, frozenset(), (), None, None)
+            st = EngineSeq(req, req.prompt_tokens, max(1, min(limits)), GREEDY, frozenset(), (), None, None)
         if req.request_id in self._seqs and not self._seqs[req.request_id].done:
             raise ValueError(f"duplicate request id {req.request_id!r}")
         self._seqs[req.request_id] = st
@@ -108,7 +108,7 @@ class RealEngine:
     def synthetic_prompt(self, request_id: str, n: int) -> list[int]:
         """``n`` ids drawn from the non-special vocabulary, seeded by (seed, request id)."""
         if self._vocab is None:
-            self._vocab = _plain_vocab(self.loaded, self.config)
+            self._vocab = plain_vocab(self.loaded, self.config)
         rng = np.random.default_rng([self.seed, zlib.crc32(request_id.encode())])
         return rng.choice(self._vocab, size=n).tolist()
 
@@ -121,7 +121,7 @@ class RealEngine:
         failed: list[tuple[Request, str]] = []
         failed_ids: set[str] = set()
 
-        def fail(st: _Seq, reason: str) -> None:
+        def fail(st: EngineSeq, reason: str) -> None:
             if st.seq_id in failed_ids:
                 return
             failed_ids.add(st.seq_id)
@@ -155,7 +155,7 @@ class RealEngine:
             swap_s += self._evict(req, mode)
 
         # Build the step's work: tokens[num_computed : num_computed + n].
-        items: list[tuple[_Seq, SeqWork]] = []
+        items: list[tuple[EngineSeq, SeqWork]] = []
         cache = runner.cache
         max_pos = self.config.max_position
         work_list = [(r, n) for r, n in out.prefill] + [(r, 1) for r in out.decode]
@@ -195,7 +195,7 @@ class RealEngine:
         self.swap_s += swap_s
         return StepResult(duration_s=dt, finished=finished, failed=failed, swap_s=swap_s)
 
-    def _run_items(self, items: list[tuple[_Seq, SeqWork]], fail) -> list[Request]:
+    def _run_items(self, items: list[tuple[EngineSeq, SeqWork]], fail) -> list[Request]:
         """Run the step's work (a request's own fault fails it alone, see
         :func:`run_isolated`), append the sampled tokens, stream them; return the finished."""
         step = run_isolated(self.runner, [w for _, w in items], engine_ok=self.num_failed_steps == 0)
@@ -249,7 +249,7 @@ class RealEngine:
         st.kv_lost = False
         return 0.0
 
-    def _stop_reason(self, st: _Seq, token: int) -> str | None:
+    def _stop_reason(self, st: EngineSeq, token: int) -> str | None:
         if st.num_generated >= st.target:
             return "length"
         if token in st.stop_ids:
@@ -262,7 +262,7 @@ class RealEngine:
                 return "stop"
         return None
 
-    def _finish(self, st: _Seq, token: int | None, reason: str) -> None:
+    def _finish(self, st: EngineSeq, token: int | None, reason: str) -> None:
         if st.done:
             return
         st.done = True

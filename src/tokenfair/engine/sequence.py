@@ -1,9 +1,9 @@
 """A request's engine-side state: ``GenerationPayload`` (what a caller with real token ids
-hands in: prompt, sampling, stop conditions, a streaming callback) and ``_Seq`` (what
+hands in: prompt, sampling, stop conditions, a streaming callback) and ``EngineSeq`` (what
 ``RealEngine`` keeps per request: the full token list, the target length, stop ids), plus the
 vocabulary synthetic trace prompts are drawn from.
 
-Invariant: ``_Seq.tokens`` is the prompt followed by every sampled token, in order; the
+Invariant: ``EngineSeq.tokens`` is the prompt followed by every sampled token, in order; the
 scheduler's ``num_computed`` says how much of it the KV cache holds.
 """
 
@@ -42,7 +42,7 @@ class GenerationPayload:
     finish_reason: str | None = None
 
 
-class _Seq:
+class EngineSeq:
     __slots__ = ("req", "seq_id", "tokens", "num_prompt", "target", "sampling", "stop_ids",
                  "stop_strings", "payload", "kv_lost", "done")
 
@@ -66,7 +66,7 @@ class _Seq:
         return 0 if self.tokens is None else len(self.tokens) - self.num_prompt
 
 
-def _plain_vocab(loaded: LoadedModel | None, config) -> np.ndarray:
+def plain_vocab(loaded: LoadedModel | None, config) -> np.ndarray:
     special: set[int] = set(config.eos_token_ids)
     if config.bos_token_id is not None:
         special.add(config.bos_token_id)

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import yaml
 from fastapi import FastAPI, Request as HTTPRequest
-from fastapi.responses import JSONResponse
 from prometheus_client.core import GaugeMetricFamily
 
 from ..contract import ContractError, parse_contract

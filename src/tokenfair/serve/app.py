@@ -42,10 +42,10 @@ from .jobs import Delta, Done, Failed, GenRequest, Job, RecordSink, failed_event
 from .openai_schema import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, error_body, full_response, now_s
 from .limits import OFFLOAD_PARSE_BYTES, read_body
 from .openapi import install_openapi
-from .parsing import _validation_message, build_gen_request, parse_body
+from .parsing import validation_message, build_gen_request, parse_body
 from .service import Service
 from .admin import install_admin
-from .sse import EventStream, _disconnected, _race, _sse
+from .sse import EventStream, client_disconnected, race, sse_event
 
 # The shared HTTP layer's pieces live in errors / jobs / service / parsing / sse; they are
 # re-exported here, where the serve and gateway modes (and callers) have always found them.
@@ -78,7 +78,7 @@ def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request, exc: RequestValidationError):
-        msg, param = _validation_message(exc.errors())
+        msg, param = validation_message(exc.errors())
         return JSONResponse(error_body(400, msg, "invalid_request", param), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
@@ -113,11 +113,11 @@ def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
         await service.prepare(g)       # tokenization/templating, off the event loop
         job = service.submit(g)        # ServiceError -> handler
         headers = {"x-request-id": g.request_id, "x-tokenfair-tenant": tenant, "x-tokenfair-class": job.req.klass}
-        watcher = asyncio.ensure_future(_disconnected(request))
+        watcher = asyncio.ensure_future(client_disconnected(request))
         streaming = False
         try:
             if not g.stream:
-                res = await _race(job.collect(), watcher)
+                res = await race(job.collect(), watcher)
                 if res is None:
                     service.cancel(job)
                     return Response(status_code=499)
@@ -127,7 +127,7 @@ def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
                                         headers={**end.headers, **headers})
                 return JSONResponse(full_response(kind, g.request_id, job.model, text, end.finish_reason,
                                                   end.prompt_tokens, end.completion_tokens), headers=headers)
-            first = await _race(job.next_event(), watcher)
+            first = await race(job.next_event(), watcher)
             if first is None:
                 service.cancel(job)
                 return Response(status_code=499)
@@ -137,7 +137,7 @@ def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
                                     headers={**first.headers, **headers})
             streaming = True
             watcher.cancel()
-            return EventStream(_sse(job, first, kind, g), lambda: service.cancel(job), headers)
+            return EventStream(sse_event(job, first, kind, g), lambda: service.cancel(job), headers)
         finally:
             if not streaming:
                 watcher.cancel()

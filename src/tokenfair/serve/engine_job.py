@@ -105,6 +105,6 @@ class ServeJob(Job):
         return self.ready.popleft()
 
 
-def _deliver(items) -> None:
+def deliver(items) -> None:
     for job, item in items:
         job.q.put_nowait(item)

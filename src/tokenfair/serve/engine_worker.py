@@ -13,7 +13,7 @@ import math
 
 from ..request import Request, Status
 from ..sched.interface import StepResult
-from .engine_job import ServeJob, _deliver
+from .engine_job import ServeJob, deliver
 
 IDLE_POLL_S = 0.05        # wake-up period while requests wait but nothing can run (expiry, rate limits)
 MAX_ENGINE_ERRORS = 3      # consecutive failed steps (raised, or every forward pass raised) -> broken
@@ -42,11 +42,11 @@ class EngineWorker:
             return
         if threadsafe and self.loop is not None:
             try:
-                self.loop.call_soon_threadsafe(_deliver, items)
+                self.loop.call_soon_threadsafe(deliver, items)
             except RuntimeError:       # the event loop is closed (process exit)
                 pass
         else:
-            _deliver(items)
+            deliver(items)
 
     def _take_tokens(self) -> list[tuple[ServeJob, list[int]]]:
         out = []

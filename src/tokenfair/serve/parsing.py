@@ -29,7 +29,7 @@ def parse_body(raw_bytes: bytes, model_cls):
         errors = getattr(err, "errors", None)
         if errors is None:
             raise ServiceError(400, f"invalid request: {err}", "invalid_request") from None
-        msg, param = _validation_message(err.errors())
+        msg, param = validation_message(err.errors())
         raise ServiceError(400, msg, "invalid_request", param) from None
     return body, raw
 
@@ -69,7 +69,7 @@ _UNION_MARK = re.compile(r"str|int|float|bool|dict|list|none|(list|dict|tuple|se
                          r"lax-or-strict.*|json-or-python.*|constrained-.*")
 
 
-def _validation_message(errors) -> tuple[str, str | None]:
+def validation_message(errors) -> tuple[str, str | None]:
     parts, first = [], None
     for e in errors:
         loc = [str(p) for p in e.get("loc", ()) if p != "body"]

@@ -51,14 +51,14 @@ class EventStream(StreamingResponse):
             self.on_close()
 
 
-async def _disconnected(request: HTTPRequest) -> None:
+async def client_disconnected(request: HTTPRequest) -> None:
     while True:
         msg = await request.receive()
         if msg["type"] == "http.disconnect":
             return
 
 
-async def _race(coro, watcher: asyncio.Future):
+async def race(coro, watcher: asyncio.Future):
     """Result of ``coro``, or None if ``watcher`` (client disconnect) finishes first."""
     task = asyncio.ensure_future(coro)
     done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
@@ -68,7 +68,7 @@ async def _race(coro, watcher: asyncio.Future):
     return None
 
 
-async def _sse(job: Job, first, kind: str, g: GenRequest) -> AsyncIterator[bytes]:
+async def sse_event(job: Job, first, kind: str, g: GenRequest) -> AsyncIterator[bytes]:
     created = now_s()
     rid, model = g.request_id, job.model
     if kind == "chat":
