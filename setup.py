@@ -30,7 +30,8 @@ def report(message):
 
 def ext_modules():
     if os.environ.get("TOKENFAIR_PURE", "") not in ("", "0"):
-        write_manifest(SOURCE_MANIFEST, skipped="TOKENFAIR_PURE=1 at install: not compiled")
+        # nothing built, nothing recorded: extensions another install built from these sources
+        # (same interpreter, e.g. .venv beside .venv-vllm) stay valid under their manifest
         return []
     try:
         from mypyc.build import mypycify
