@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ..contract import Contract, parse_contract
 from ..serve.auth import KeyRing, hash_key
-from ..serve.overhead import wait_port
+from ..serve.overhead import stop_processes, wait_port
 from .redis_server import RedisServer, free_port
 from .rehearsal import FleetSpec, StopRule, closed_loop, shares, start_fleet
 
@@ -185,13 +185,7 @@ def latency_run(rate: float, duration_s: float, workdir: Path, seed: int = 0) ->
         res = asyncio.run(_poisson(rate, duration_s, {"plain": f"http://127.0.0.1:{plain}",
                                                       "redis": f"http://127.0.0.1:{fleet}"}, key, seed))
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
         srv.stop()
     out: dict = {"rate": rate, "duration_s": duration_s, "errors": res["errors"]}
     for path in ("plain", "redis"):

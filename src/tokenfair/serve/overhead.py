@@ -49,6 +49,17 @@ def wait_port(port: int, timeout_s: float = 30.0) -> None:
     raise RuntimeError(f"nothing listening on port {port}")
 
 
+def stop_processes(procs: list[subprocess.Popen], timeout_s: float = 10.0) -> None:
+    """Terminate every process, then kill those still running after ``timeout_s``."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 async def _client(args, gw_url: str, be_url: str, key: str) -> dict:
     import httpx
 
@@ -146,13 +157,7 @@ def main(argv=None) -> int:
         wait_port(gw_port)
         res = asyncio.run(_client(args, f"http://127.0.0.1:{gw_port}", f"http://127.0.0.1:{be_port}", key))
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
         import shutil
         shutil.rmtree(tmp, ignore_errors=True)
     res["config"] = {k: getattr(args, k) for k in ("rate", "duration", "warmup", "tokens", "ttft", "token_delay",
