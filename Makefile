@@ -27,7 +27,7 @@ demo: venv
 
 test: venv-dev
 	bash scripts/test-setup.sh
-	$(BIN)/python -m pytest -q -p no:cacheprovider; rc=$$?; \
+	TOKENFAIR_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -p no:cacheprovider; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
 # the same suite on the interpreted core (the .py sources, extensions ignored); .ci/run runs both

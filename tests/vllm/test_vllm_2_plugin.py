@@ -34,6 +34,17 @@ def _median(runs: list[dict], f) -> float:
     return statistics.median(f(r) for r in runs)
 
 
+def test_plugin_runs_the_compiled_core(vllm_servers):
+    """The plugin's log line says which core vLLM's engine process imported; the figures below
+    assume the compiled one (interpreted, the scheduler's work per step halves throughput)."""
+    log_path = getattr(vllm_servers["plugin"], "log_path", None)
+    if log_path is None:
+        pytest.skip("servers reused from TOKENFAIR_VLLM_REUSE: no log to read")
+    lines = [ln for ln in log_path.read_text(errors="replace").splitlines() if "tokenfair scheduler:" in ln]
+    assert lines, vllm_servers["plugin"].tail()
+    assert "core=mypyc" in lines[-1], lines[-1]
+
+
 def test_every_request_finishes(burst_runs):
     for name, runs in burst_runs.items():
         for r in runs:

@@ -19,6 +19,7 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.core.sched.request_queue import SchedulingPolicy  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 
+from ... import core_build  # noqa: E402
 from .bridge import PolicyBridge  # noqa: E402
 from .queue import PolicyQueue  # noqa: E402
 from .settings import load_settings  # noqa: E402
@@ -43,9 +44,10 @@ def _init(sched) -> None:
     # sets each running request's priority to its victim rank before every step
     sched.policy = SchedulingPolicy.PRIORITY
     log.warning("tokenfair scheduler: policy %s, contract %s (%s), profile %s, step budget %d tokens, "
-                "chunk %d, max running %d", settings.policy, settings.contract_path,
+                "chunk %d, max running %d, %s", settings.policy, settings.contract_path,
                 settings.contract.content_hash, settings.profile.name, base_budget,
-                settings.contract.engine.chunk_size, settings.contract.engine.max_running)
+                settings.contract.engine.chunk_size, settings.contract.engine.max_running,
+                core_build.describe())
 
 
 def _before_schedule(sched) -> None:
