@@ -67,6 +67,7 @@ class GenRequest:
     priority: float | None = None
     forward_headers: dict[str, str] = field(default_factory=dict)
     prompt_ids: list[int] | None = None   # set by Service.prepare (serve: tokenized off the event loop)
+    min_prompt_tokens: int = 0            # >= 0: a lower bound on the prompt's tokens (body_precheck)
 
     @property
     def stream(self) -> bool:

@@ -1,0 +1,61 @@
+"""Big bodies are parsed and bounded in a helper process (serve/body_precheck.py): the server
+itself never parses the prompt of a body refused by its length."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from tokenfair.serve.body_precheck import PROCESS_PARSE_BYTES, check_body
+
+TIMEOUT = httpx.Timeout(60.0)
+
+
+@pytest.mark.parametrize("kind,body,bound", [
+    ("chat", {"messages": [{"role": "user", "content": ""}] * 300, "max_tokens": 2}, 300),
+    ("chat", {"messages": [{"role": "user", "content": "x" * 4000}], "max_tokens": 2}, 1000),
+    ("completion", {"prompt": [5] * 257, "max_tokens": 2}, 257),
+    ("completion", {"prompt": "y" * 1200, "max_tokens": 2}, 300),
+])
+def test_the_helper_bounds_the_prompt_and_cuts_it_out_when_it_cannot_fit(kind, body, bound):
+    v = check_body(json.dumps({**body, "user": "u1"}).encode(), kind, max_context=256, max_token_chars=4)
+    assert v.error is None and v.min_prompt_tokens == bound
+    assert v.reduced is not None and v.reduced["user"] == "u1" and v.reduced["max_tokens"] == 2
+    assert v.reduced.get("prompt") == "" or v.reduced["messages"] == [{"role": "user", "content": ""}]
+
+
+def test_the_helper_lets_a_fitting_prompt_through_and_names_a_bad_field():
+    v = check_body(b'{"prompt": "abcd", "max_tokens": 2}', "completion", 256, 4)
+    assert v.error is None and v.reduced is None and v.min_prompt_tokens == 1
+    bad = check_body(b'{"prompt": "abcd", "max_tokens": "2"}', "completion", 256, 4)
+    assert bad.error[0] == 400 and bad.error[3] == "max_tokens"
+    assert check_body(b'{"prompt": ', "completion", 256, 4).error[2] == "invalid_json"
+
+
+def test_a_big_chat_body_is_refused_by_its_length_in_the_helper_and_recorded(serve_stack, h, monkeypatch):
+    import tokenfair.serve.app as app_module
+
+    svc, st = serve_stack
+    seen: list[int] = []
+    parse = app_module.parse_body
+    monkeypatch.setattr(app_module, "parse_body", lambda raw, cls: seen.append(len(raw)) or parse(raw, cls))
+    msgs = [{"role": "user", "content": "hi"}] * 40_000
+    checked, n = svc.prechecker.num_checked, len(svc.records.items)
+    r = httpx.post(st.url + "/v1/chat/completions", headers=h.auth("a"), timeout=TIMEOUT,
+                   content=json.dumps({"messages": msgs, "max_tokens": 2, "user": "big"}))
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == "context_length_exceeded" and err["param"] == "messages"
+    assert svc.prechecker.num_checked == checked + 1
+    assert seen and max(seen) < 1000            # the server parsed only the body without its messages
+    recs = list(svc.records.items)[n:]
+    assert len(recs) == 1 and recs[0]["status"] == "rejected" and recs[0]["prompt_tokens"] >= 40_000
+
+
+def test_a_big_malformed_body_is_a_400_naming_the_field(serve_stack, h):
+    svc, st = serve_stack
+    body = json.dumps({"prompt": "z" * (PROCESS_PARSE_BYTES + 10), "max_tokens": "2"})
+    r = httpx.post(st.url + "/v1/completions", headers=h.auth("a"), timeout=TIMEOUT, content=body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
