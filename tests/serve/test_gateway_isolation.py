@@ -60,3 +60,67 @@ def test_backend_error_code_and_param_pass_through(gw_stack, h):
     r = httpx.post(gt.url + "/v1/completions", headers=h.auth("a"), timeout=30,
                    json={"prompt": "hi", "seed": 2 ** 70, "temperature": 1.0})
     assert r.status_code == 400 and r.json()["error"]["param"] == "seed"
+
+
+def _openai(url, h, tenant="a", **kw):
+    import openai
+
+    return openai.OpenAI(base_url=url + "/v1", api_key=h.KEYS[tenant], timeout=30.0, **kw)
+
+
+def test_context_length_exceeded_reaches_the_openai_client_through_the_gateway_once(gw_stack, h):
+    import openai
+
+    backends, _, gt = gw_stack
+    before = [len(svc.records.items) for svc, _ in backends]
+    with pytest.raises(openai.BadRequestError) as err:
+        _openai(gt.url, h, max_retries=2).completions.create(model="tiny", prompt=[5] * 200, max_tokens=100)
+    assert err.value.code == "context_length_exceeded" and err.value.param == "max_tokens"
+    assert sum(len(svc.records.items) - b for (svc, _), b in zip(backends, before)) == 1
+
+
+def test_the_gateways_max_context_refuses_what_cannot_fit_and_lets_the_backend_judge_estimates(gw_stack, h):
+    import openai
+
+    from tokenfair.serve.app import create_app
+    from tokenfair.serve.auth import KeyRing
+    from tokenfair.serve.gateway import Gateway
+    from tokenfair.serve.shutdown import ServerThread
+
+    backends, _, _ = gw_stack
+    contract = h.service_contract()
+    gw = Gateway(contract, KeyRing(contract), [t.url for _, t in backends], max_context=256)
+    with ServerThread(create_app(gw), gw) as gt:
+        client = _openai(gt.url, h)
+        before = [len(svc.records.items) for svc, _ in backends]
+        for kw, param in [({"prompt": "hi", "max_tokens": 256}, "max_tokens"),
+                          ({"prompt": [5] * 200, "max_tokens": 57}, "max_tokens"),
+                          ({"prompt": "x" * 2000, "max_tokens": 2}, "prompt")]:
+            with pytest.raises(openai.BadRequestError) as err:
+                client.completions.create(model="tiny", **kw)
+            assert err.value.code == "context_length_exceeded" and err.value.param == param, kw
+        assert [len(svc.records.items) for svc, _ in backends] == before       # refused at the gateway
+        ok = client.completions.create(model="tiny", prompt=[5] * 200, max_tokens=56)   # fits exactly: not clamped
+        assert ok.usage.completion_tokens >= 1 and ok.usage.prompt_tokens == 200
+        # 180 tokens by the estimate (720 characters / 4) + 100 > 256, but 60 tokens in fact:
+        # not refused on the estimate, the backend serves all 100
+        fits = client.completions.create(model="tiny", prompt="<|im_start|>" * 60, max_tokens=100,
+                                         extra_body={"ignore_eos": True})
+        assert (fits.usage.prompt_tokens, fits.usage.completion_tokens) == (60, 100)
+        assert sum(len(svc.records.items) - b for (svc, _), b in zip(backends, before)) == 2
+
+
+def test_a_gateway_429_retry_after_is_honoured_by_the_openai_client(gw_stack, h, monkeypatch):
+    import time
+
+    _, gw, gt = gw_stack
+    door = gw.door_check
+    refusals = [("rate_limited: tenant 'a' is over its token rate; retry after ~1s", 1.0)]
+    monkeypatch.setattr(gw, "door_check", lambda req, now: refusals.pop() if refusals else door(req, now))
+    sent: list[float] = []
+    answers: list[tuple[int, str | None]] = []
+    http = httpx.Client(event_hooks={"request": [lambda r: sent.append(time.monotonic())],
+                                     "response": [lambda r: answers.append((r.status_code, r.headers.get("retry-after")))]})
+    out = _openai(gt.url, h, http_client=http, max_retries=1).completions.create(model="tiny", prompt="fox", max_tokens=2)
+    assert out.choices[0].text is not None and answers == [(429, "1"), (200, None)]
+    assert 0.95 <= sent[1] - sent[0] < 3.0

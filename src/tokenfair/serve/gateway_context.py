@@ -1,0 +1,42 @@
+"""The gateway's context check (``--max-context``): refused as OpenAI refuses, 400
+``context_length_exceeded``, only when it is certain -- the gateway has no tokenizer.
+
+What the gateway knows for sure about a prompt's tokens: token ids count themselves, a chat
+message is at least one token (every template renders at least its role marker), a text
+prompt at least one.  So it refuses when that lower bound alone, or the bound plus the asked
+``max_tokens``, does not fit; when only its estimate (characters / ``chars_per_token``) says
+the request would not fit, the request goes on and the backend, which tokenizes, decides
+(its 400 and its ``param`` come back unchanged, and are not retried elsewhere).  An asked
+``max_tokens`` is never clamped; without one, the request's charge assumes no more output
+than the estimate leaves in the context.
+"""
+
+from __future__ import annotations
+
+from .jobs import GenRequest
+
+
+def min_prompt_tokens(g: GenRequest) -> int:
+    """A lower bound on ``g``'s prompt tokens without a tokenizer."""
+    body = g.body
+    if g.kind == "chat":
+        return max(1, len(body.messages))
+    prompt = body.prompt
+    return 1 if isinstance(prompt, str) else max(1, len(prompt))
+
+
+def context_refusal(g: GenRequest, est: int, asked: int | None, max_context: int) -> tuple[str, str] | None:
+    """(reason, param) when ``g`` cannot fit ``max_context`` tokens; None otherwise.
+    ``est``: the gateway's estimate of the prompt's tokens (its prompt check, as before)."""
+    param = "messages" if g.kind == "chat" else "prompt"
+    floor = min_prompt_tokens(g)
+    if max(est, floor) >= max_context:
+        return (f"context_length_exceeded: This model's maximum context length is {max_context} tokens. "
+                f"However, your {param} has ~{max(est, floor)} tokens. Please reduce the length of the {param}.",
+                param)
+    if asked is not None and floor + asked > max_context:
+        return (f"context_length_exceeded: This model's maximum context length is {max_context} tokens. "
+                f"However, you requested at least {floor + asked} tokens ({floor} or more in the {param}, "
+                f"{asked} in the completion). Please reduce the length of the {param} or completion.",
+                "max_tokens")
+    return None
