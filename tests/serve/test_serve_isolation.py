@@ -122,3 +122,48 @@ def test_huge_prompt_is_refused_without_tokenizing(serve_stack, h, monkeypatch):
                    json={"messages": [{"role": "user", "content": "fox " * 200_000}], "max_tokens": 2})
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
     assert r.json()["error"]["param"] == "messages" and calls == []
+
+
+def test_a_bad_seed_among_other_tenants_streams_is_a_400_with_its_param_for_the_openai_client(serve_stack, h):
+    import threading
+
+    import openai
+
+    svc, st = serve_stack
+    done: dict[int, int] = {}
+
+    def stream(i):
+        chunks = _client(st, ("b", "heavy", "light")[i % 3], h).completions.create(
+            model="tiny", prompt=f"fair scheduling {i}", max_tokens=10, stream=True, extra_body={"ignore_eos": True},
+            stream_options={"include_usage": True})
+        done[i] = [c.usage.completion_tokens for c in chunks if c.usage is not None][0]
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    with pytest.raises(openai.BadRequestError) as err:
+        _client(st, "a", h).completions.create(model="tiny", prompt="hi", max_tokens=3, seed=2 ** 64 + 1,
+                                               temperature=1.0)
+    for t in threads:
+        t.join(60)
+    assert err.value.status_code == 400 and err.value.param == "seed" and err.value.code == "invalid_request"
+    assert done == {i: 10 for i in range(6)}
+
+
+def test_a_429_retry_after_is_honoured_by_the_openai_client(serve_stack, h, monkeypatch):
+    import time
+
+    import openai
+
+    svc, st = serve_stack
+    door = svc.door_check
+    refusals = [("rate_limited: tenant 'a' is over its token rate; retry after ~1s", 1.0)]
+    monkeypatch.setattr(svc, "door_check", lambda req, now: refusals.pop() if refusals else door(req, now))
+    sent: list[float] = []
+    answers: list[tuple[int, str | None]] = []
+    http = httpx.Client(event_hooks={"request": [lambda r: sent.append(time.monotonic())],
+                                     "response": [lambda r: answers.append((r.status_code, r.headers.get("retry-after")))]})
+    client = openai.OpenAI(base_url=st.url + "/v1", api_key=h.KEYS["a"], http_client=http, max_retries=1)
+    out = client.completions.create(model="tiny", prompt="fox", max_tokens=2)
+    assert out.choices[0].text is not None and answers == [(429, "1"), (200, None)]
+    assert 0.95 <= sent[1] - sent[0] < 3.0      # waited the Retry-After (its own backoff would be ~0.5 s)
