@@ -132,22 +132,27 @@ def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
                     service.cancel(job)
                     return Response(status_code=499)
                 text, end = res
+                if job.fault is not None:
+                    service.cancel(job, job.fault)
                 if isinstance(end, Failed):
                     return JSONResponse(error_body(end.status, end.message, end.code, end.param), status_code=end.status,
                                         headers={**end.headers, **headers})
                 return JSONResponse(full_response(kind, g.request_id, job.model, text, end.finish_reason,
                                                   end.prompt_tokens, end.completion_tokens), headers=headers)
-            first = await race(job.next_event(), watcher)
+            first = await race(job.next_event_or_fault(), watcher)
             if first is None:
                 service.cancel(job)
                 return Response(status_code=499)
             if isinstance(first, Failed):
+                if job.fault is not None:
+                    service.cancel(job, job.fault)
                 return JSONResponse(error_body(first.status, first.message, first.code, first.param),
                                     status_code=first.status,
                                     headers={**first.headers, **headers})
             streaming = True
             watcher.cancel()
-            return EventStream(sse_event(job, first, kind, g), lambda: service.cancel(job), headers)
+            return EventStream(sse_event(job, first, kind, g),
+                               lambda: service.cancel(job, job.fault) if job.fault else service.cancel(job), headers)
         finally:
             if not streaming:
                 watcher.cancel()
