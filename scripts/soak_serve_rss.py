@@ -9,12 +9,13 @@ completions and chat (varied prompt lengths), non-streamed ones, streams the cli
 after a few chunks, requests of a tenant limited to one at a time (429 ``queue_full``),
 and bad ones -- a seed outside the generator's range, invalid JSON, an unsupported
 parameter, ``max_tokens`` beyond the context, no API key, a 16 MiB body (declared, and
-sent chunked).  serve's RSS (``/proc``) is sampled every ``--every`` seconds.
+sent chunked: 413), 1 MiB of chat messages or of token ids (parsed in serve's helper
+process: 400).  serve's RSS (``/proc``) is sampled every ``--every`` seconds.
 
 Prints one JSON object: the RSS when idle after start, after the first minute, the median
 of the second half ("plateau"), at the end, the maximum, and the slope of a least-squares
-line through the second half's samples (MB per minute), next to the count of requests by
-HTTP status.
+line through the second half's samples (MB per minute); the RSS of serve with its child
+processes (the body helper) at start, end and maximum; the count of requests by outcome.
 """
 
 from __future__ import annotations
@@ -36,7 +37,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chaos_serve import ROOT, TENANTS, free_port, rss_mb, start_server, write_contract  # noqa: E402
 
 BIG_BODY_BYTES = 16 * 1024 * 1024
-BIG_EVERY = 50          # one request in this many (per client) is a 16 MiB body
+PARSED_BODY_BYTES = 1024 * 1024        # under the default cap: parsed (in serve's helper process)
+BIG_EVERY = 50          # one request in this many (per client) is a big body, one of these kinds:
+BIG_KINDS = ("declared", "chunked", "chat", "ids")
+
+
+def _big(kind: str) -> bytes:
+    if kind == "chat":
+        msg = b'{"role": "user", "content": "fair share"}, '
+        return b'{"max_tokens": 2, "messages": [' + msg * (PARSED_BODY_BYTES // len(msg)) + b'{"role": "user"}]}'
+    if kind == "ids":
+        return b'{"max_tokens": 2, "prompt": [' + b"7, " * (PARSED_BODY_BYTES // 3) + b"7]}"
+    return b'{"prompt": "' + b"x" * BIG_BODY_BYTES + b'", "max_tokens": 2}'
+
+
+def tree_rss_mb(pid: int) -> float:
+    """RSS of ``pid`` and all its descendants (serve's body helper among them)."""
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            total += rss_mb(p)
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
 
 
 def _bad(kind: str, n: int) -> dict | bytes:
@@ -60,12 +86,12 @@ async def _one(c: httpx.AsyncClient, url: str, rng: random.Random, n: int) -> st
     auth = {"Authorization": f"Bearer {tenant}-key"}
     roll = rng.random()
     if n % BIG_EVERY == BIG_EVERY - 1:
-        body = b'{"prompt": "' + b"x" * BIG_BODY_BYTES + b'", "max_tokens": 2}'
-        chunked = rng.random() < 0.5
-        content = _chunks(body) if chunked else body
-        r = await c.post(url + "/v1/completions", content=content,
+        kind = BIG_KINDS[rng.randrange(len(BIG_KINDS))]
+        body = _big(kind)
+        r = await c.post(url + ("/v1/chat/completions" if kind == "chat" else "/v1/completions"),
+                         content=_chunks(body) if kind == "chunked" else body,
                          headers={**auth, "content-type": "application/json"})
-        return f"{r.status_code}:big"
+        return f"{r.status_code}:big-{kind}"
     if roll < 0.10:
         kind = ("seed", "json", "unsupported", "context")[n % 4]
         body = _bad(kind, n)
@@ -101,6 +127,7 @@ async def _one(c: httpx.AsyncClient, url: str, rng: random.Random, n: int) -> st
 async def run_load(url: str, pid: int, seconds: float, clients: int, every: float, seed: int,
                    samples: list[tuple[float, float]]) -> dict:
     samples.append((0.0, rss_mb(pid)))
+    tree: list[float] = [tree_rss_mb(pid)]
     outcomes: Counter = Counter()
     t0 = time.perf_counter()
     end = t0 + seconds
@@ -120,9 +147,13 @@ async def run_load(url: str, pid: int, seconds: float, clients: int, every: floa
         while time.perf_counter() < end:
             await asyncio.sleep(every)
             samples.append((time.perf_counter() - t0, rss_mb(pid)))
+            tree.append(tree_rss_mb(pid))
 
     await asyncio.gather(sampler(), *[client(i) for i in range(clients)])
-    return summarize(samples, seconds) | {"requests": sum(outcomes.values()), "outcomes": dict(sorted(outcomes.items()))}
+    return summarize(samples, seconds) | {
+        "with_children_mb_start": round(tree[0], 1), "with_children_mb_end": round(tree[-1], 1),
+        "with_children_mb_max": round(max(tree), 1),
+        "requests": sum(outcomes.values()), "outcomes": dict(sorted(outcomes.items()))}
 
 
 def summarize(samples: list[tuple[float, float]], seconds: float) -> dict:
