@@ -59,3 +59,32 @@ def test_a_big_malformed_body_is_a_400_naming_the_field(serve_stack, h):
     body = json.dumps({"prompt": "z" * (PROCESS_PARSE_BYTES + 10), "max_tokens": "2"})
     r = httpx.post(st.url + "/v1/completions", headers=h.auth("a"), timeout=TIMEOUT, content=body)
     assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
+
+
+def test_the_helper_without_a_tokenizer_uses_only_certain_bounds():
+    body = json.dumps({"messages": [{"role": "user", "content": "x" * 5000}] * 2, "max_tokens": 2}).encode()
+    assert check_body(body, "chat", 256, None).min_prompt_tokens == 2
+    many = json.dumps({"messages": [{"role": "user", "content": "x"}] * 300, "max_tokens": 2}).encode()
+    v = check_body(many, "chat", 256, None)
+    assert v.min_prompt_tokens == 300 and v.reduced is not None
+    assert check_body(many, "chat", None, None) == check_body(b'{"prompt": "a"}', "completion", None, None)
+
+
+def test_the_gateway_refuses_a_big_body_of_more_messages_than_its_context_and_records_it(h, monkeypatch):
+    from tokenfair.serve.app import create_app
+    from tokenfair.serve.auth import KeyRing
+    from tokenfair.serve.fake_backend import create_fake_backend
+    from tokenfair.serve.gateway import Gateway
+    from tokenfair.serve.shutdown import ServerThread
+
+    with ServerThread(create_fake_backend()) as be:
+        contract = h.service_contract()
+        gw = Gateway(contract, KeyRing(contract), [be.url], max_context=256)
+        with ServerThread(create_app(gw), gw) as gt:
+            r = httpx.post(gt.url + "/v1/chat/completions", headers=h.auth("a"), timeout=TIMEOUT,
+                           content=json.dumps({"messages": [{"role": "user", "content": "hi"}] * 30_000,
+                                               "max_tokens": 2}))
+            assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+            assert gw.prechecker.num_checked == 1 and r.json()["error"]["param"] == "messages"
+            recs = list(gw.records.items)
+            assert len(recs) == 1 and recs[0]["status"] == "rejected" and recs[0]["prompt_tokens"] >= 30_000

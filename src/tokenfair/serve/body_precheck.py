@@ -43,20 +43,22 @@ class Verdict:
     reduced: dict | None = None         # the body without its prompt, when the bound reaches the context
 
 
-def lower_bound_tokens(kind: str, body, max_token_chars: int) -> int:
-    """A lower bound on the prompt tokens of a validated ``body`` (see the module doc)."""
+def lower_bound_tokens(kind: str, body, max_token_chars: int | None) -> int:
+    """A lower bound on the prompt tokens of a validated ``body`` (see the module doc);
+    without ``max_token_chars`` (the gateway), a text counts as one token."""
     from .limits import min_prompt_tokens
     if kind == "chat":
         chars = sum(len(m.text()) for m in body.messages)
-        return max(len(body.messages), min_prompt_tokens(chars, max_token_chars))
+        by_chars = 1 if max_token_chars is None else min_prompt_tokens(chars, max_token_chars)
+        return max(len(body.messages), by_chars)
     prompt = body.prompt
     if isinstance(prompt, str):
-        return min_prompt_tokens(len(prompt), max_token_chars)
-    return len(prompt) if all(isinstance(t, int) for t in prompt[:1]) else 0
+        return 1 if max_token_chars is None else min_prompt_tokens(len(prompt), max_token_chars)
+    return len(prompt)
 
 
 def check_body(raw_bytes: bytes, kind: str, max_context: int | None, max_token_chars: int | None) -> Verdict:
-    """Run in the helper process: parse and validate; bound the prompt when both limits are known."""
+    """Run in the helper process: parse and validate; bound the prompt when the context is known."""
     from .openai_schema import ChatCompletionRequest, CompletionRequest
     from .parsing import parse_body
     model_cls = ChatCompletionRequest if kind == "chat" else CompletionRequest
@@ -64,7 +66,7 @@ def check_body(raw_bytes: bytes, kind: str, max_context: int | None, max_token_c
         body, raw = parse_body(raw_bytes, model_cls)
     except ServiceError as err:
         return Verdict(error=(err.status, err.message, err.code, err.param))
-    if max_context is None or max_token_chars is None:
+    if max_context is None:
         return Verdict()
     bound = lower_bound_tokens(kind, body, max_token_chars)
     if bound < max_context:

@@ -159,6 +159,9 @@ class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
         expects for their prompt (queued behind other prompts there; saturation.py)."""
         return late_first_tokens(b, [j for j in self.running if j.backend is b], self.now())
 
+    def prompt_bounds(self) -> tuple[int | None, int | None]:
+        return self.max_context, None           # no tokenizer: only the certain bounds (body_precheck)
+
     def model_names(self) -> list[str]:
         names: list[str] = []
         for b in self.backends:
@@ -196,7 +199,7 @@ class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
     # ------------------------------------------------------------------ intake
     def submit(self, g: GenRequest) -> GatewayJob:
         now = self.now()
-        est = estimate_prompt_tokens(g, self.chars_per_token)
+        est = max(estimate_prompt_tokens(g, self.chars_per_token), g.min_prompt_tokens)
         asked = g.body.requested_max_tokens()
         max_tokens = asked if asked is not None else self.max_tokens_default
         if self.max_context is not None:           # gateway_context.py: refused only when certain

@@ -20,9 +20,10 @@ def min_prompt_tokens(g: GenRequest) -> int:
     """A lower bound on ``g``'s prompt tokens without a tokenizer."""
     body = g.body
     if g.kind == "chat":
-        return max(1, len(body.messages))
-    prompt = body.prompt
-    return 1 if isinstance(prompt, str) else max(1, len(prompt))
+        floor = len(body.messages)
+    else:
+        floor = 1 if isinstance(body.prompt, str) else len(body.prompt)
+    return max(1, floor, g.min_prompt_tokens)      # min_prompt_tokens: a big body's, from body_precheck
 
 
 def context_refusal(g: GenRequest, est: int, asked: int | None, max_context: int) -> tuple[str, str] | None:
