@@ -111,16 +111,5 @@ def test_the_gateways_max_context_refuses_what_cannot_fit_and_lets_the_backend_j
 
 
 def test_a_gateway_429_retry_after_is_honoured_by_the_openai_client(gw_stack, h, monkeypatch):
-    import time
-
     _, gw, gt = gw_stack
-    door = gw.door_check
-    refusals = [("rate_limited: tenant 'a' is over its token rate; retry after ~1s", 1.0)]
-    monkeypatch.setattr(gw, "door_check", lambda req, now: refusals.pop() if refusals else door(req, now))
-    sent: list[float] = []
-    answers: list[tuple[int, str | None]] = []
-    http = httpx.Client(event_hooks={"request": [lambda r: sent.append(time.monotonic())],
-                                     "response": [lambda r: answers.append((r.status_code, r.headers.get("retry-after")))]})
-    out = _openai(gt.url, h, http_client=http, max_retries=1).completions.create(model="tiny", prompt="fox", max_tokens=2)
-    assert out.choices[0].text is not None and answers == [(429, "1"), (200, None)]
-    assert 0.95 <= sent[1] - sent[0] < 3.0
+    h.assert_retry_after_honoured(gw, gt.url, h.KEYS["a"], monkeypatch)

@@ -151,22 +151,8 @@ def test_a_bad_seed_among_other_tenants_streams_is_a_400_with_its_param_for_the_
 
 
 def test_a_429_retry_after_is_honoured_by_the_openai_client(serve_stack, h, monkeypatch):
-    import time
-
-    import openai
-
     svc, st = serve_stack
-    door = svc.door_check
-    refusals = [("rate_limited: tenant 'a' is over its token rate; retry after ~1s", 1.0)]
-    monkeypatch.setattr(svc, "door_check", lambda req, now: refusals.pop() if refusals else door(req, now))
-    sent: list[float] = []
-    answers: list[tuple[int, str | None]] = []
-    http = httpx.Client(event_hooks={"request": [lambda r: sent.append(time.monotonic())],
-                                     "response": [lambda r: answers.append((r.status_code, r.headers.get("retry-after")))]})
-    client = openai.OpenAI(base_url=st.url + "/v1", api_key=h.KEYS["a"], http_client=http, max_retries=1)
-    out = client.completions.create(model="tiny", prompt="fox", max_tokens=2)
-    assert out.choices[0].text is not None and answers == [(429, "1"), (200, None)]
-    assert 0.95 <= sent[1] - sent[0] < 3.0      # waited the Retry-After (its own backoff would be ~0.5 s)
+    h.assert_retry_after_honoured(svc, st.url, h.KEYS["a"], monkeypatch)
 
 
 @pytest.mark.parametrize("stream", [True, False])

@@ -13,6 +13,7 @@ than the estimate leaves in the context.
 
 from __future__ import annotations
 
+from . import limits
 from .jobs import GenRequest
 
 
@@ -28,16 +29,11 @@ def min_prompt_tokens(g: GenRequest) -> int:
 
 def context_refusal(g: GenRequest, est: int, asked: int | None, max_context: int) -> tuple[str, str] | None:
     """(reason, param) when ``g`` cannot fit ``max_context`` tokens; None otherwise.
-    ``est``: the gateway's estimate of the prompt's tokens (its prompt check, as before)."""
+    ``est``: the gateway's estimate of the prompt's tokens (enough to refuse the prompt alone)."""
     param = "messages" if g.kind == "chat" else "prompt"
     floor = min_prompt_tokens(g)
-    if max(est, floor) >= max_context:
-        return (f"context_length_exceeded: This model's maximum context length is {max_context} tokens. "
-                f"However, your {param} has ~{max(est, floor)} tokens. Please reduce the length of the {param}.",
-                param)
-    if asked is not None and floor + asked > max_context:
-        return (f"context_length_exceeded: This model's maximum context length is {max_context} tokens. "
-                f"However, you requested at least {floor + asked} tokens ({floor} or more in the {param}, "
-                f"{asked} in the completion). Please reduce the length of the {param} or completion.",
-                "max_tokens")
-    return None
+    if est > floor:
+        prompt_alone = limits.context_refusal(est, None, max_context, param, "~")
+        if prompt_alone is not None:
+            return prompt_alone
+    return limits.context_refusal(floor, asked, max_context, param, "at least ")
