@@ -7,7 +7,7 @@
            failed a whole batch (2^64 + 1): it gets its 400 alone, every stream finishes;
   big_body 16 MiB bodies (declared, chunked, and parsed by a server with a 32 MiB cap) while
            20 streams run: the largest gap between two chunks of any stream while the body
-           is sent and answered, next to the same window's length just before
+           is sent and answered, next to a window of the same length just after
            (``scripts/chaos_big_body.py``; ``--repeat`` runs each, medians);
   sigstop  two serve backends behind a gateway (probe interval 1 s, timeout 1.5 s, 2
            failures): streams through the gateway, one backend SIGSTOPped; seconds until the
