@@ -82,7 +82,10 @@ HELPER_NICE = 10     # the helper yields the CPU to the server's engine and even
 def _warm() -> None:
     import os
 
-    os.nice(HELPER_NICE)
+    try:        # only the CPU the server leaves idle (Linux); else a lower priority
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        os.nice(HELPER_NICE)
     from . import openai_schema, parsing  # noqa: F401  (import once, before the first body)
 
 
