@@ -113,3 +113,15 @@ def test_the_gateways_max_context_refuses_what_cannot_fit_and_lets_the_backend_j
 def test_a_gateway_429_retry_after_is_honoured_by_the_openai_client(gw_stack, h, monkeypatch):
     _, gw, gt = gw_stack
     h.assert_retry_after_honoured(gw, gt.url, h.KEYS["a"], monkeypatch)
+
+def test_a_wrong_key_is_an_authentication_error_for_the_openai_client_at_serve_and_gateway(gw_stack, h):
+    import openai
+
+    backends, _, gt = gw_stack
+    for url in (gt.url, backends[0][1].url):
+        client = openai.OpenAI(base_url=url + "/v1", api_key="not-a-key", max_retries=0, timeout=10.0)
+        with pytest.raises(openai.AuthenticationError) as err:
+            client.completions.create(model="tiny", prompt="hi", max_tokens=2)
+        assert err.value.status_code == 401 and err.value.code == "invalid_api_key"
+        with pytest.raises(openai.AuthenticationError):
+            client.models.list()
