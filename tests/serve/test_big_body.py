@@ -88,3 +88,22 @@ def test_the_gateway_refuses_a_big_body_of_more_messages_than_its_context_and_re
             assert gw.prechecker.num_checked == 1 and r.json()["error"]["param"] == "messages"
             recs = list(gw.records.items)
             assert len(recs) == 1 and recs[0]["status"] == "rejected" and recs[0]["prompt_tokens"] >= 30_000
+
+
+def test_a_dead_or_failing_helper_leaves_the_body_to_the_server():
+    import asyncio
+
+    from tokenfair.serve import body_precheck
+
+    checker = body_precheck.BodyPrechecker()
+
+    async def run(raw):
+        return await checker.check(raw, "completion", 256, 4)
+    try:
+        assert asyncio.run(run(b'{"prompt": "abcd", "max_tokens": 2}')).min_prompt_tokens == 1
+        assert checker.num_checked == 1
+        checker.pool.submit(__import__("os")._exit, 1)      # the helper process dies
+        assert asyncio.run(run(b'{"prompt": "abcd", "max_tokens": 2}')) is None and checker.pool is None
+        assert asyncio.run(run(b'{"prompt": "abcd", "max_tokens": 2}')).min_prompt_tokens == 1   # a new one
+    finally:
+        checker.close()

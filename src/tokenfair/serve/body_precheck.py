@@ -100,7 +100,7 @@ class BodyPrechecker:
     async def check(self, raw_bytes: bytes, kind: str, max_context: int | None,
                     max_token_chars: int | None) -> Verdict | None:
         """The helper's verdict (a ServiceError 400 for a malformed body); None when the
-        helper died (the caller then parses the body itself, as for a small one)."""
+        helper died or raised (the caller then parses the body itself, as a small one)."""
         if self.pool is None:
             self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_warm)
         loop = asyncio.get_running_loop()
@@ -108,6 +108,8 @@ class BodyPrechecker:
             verdict = await loop.run_in_executor(self.pool, check_body, raw_bytes, kind, max_context, max_token_chars)
         except BrokenProcessPool:
             self.close()
+            return None
+        except Exception:  # noqa: BLE001 - a helper bug: the server judges the body itself
             return None
         self.num_checked += 1
         if verdict.error is not None:
