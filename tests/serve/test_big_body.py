@@ -107,3 +107,25 @@ def test_a_dead_or_failing_helper_leaves_the_body_to_the_server():
         assert asyncio.run(run(b'{"prompt": "abcd", "max_tokens": 2}')).min_prompt_tokens == 1   # a new one
     finally:
         checker.close()
+
+
+def test_a_tenant_with_two_big_bodies_at_the_helper_gets_a_429_others_do_not():
+    import asyncio
+
+    from tokenfair.serve import body_precheck
+    from tokenfair.serve.errors import ServiceError
+
+    checker = body_precheck.BodyPrechecker()
+    checker.in_flight["a"] = body_precheck.MAX_BIG_BODIES_PER_TENANT
+
+    async def run(tenant):
+        return await checker.check(b'{"prompt": "abcd", "max_tokens": 2}', "completion", 256, 4, tenant=tenant)
+    try:
+        with pytest.raises(ServiceError) as err:
+            asyncio.run(run("a"))
+        assert err.value.status == 429 and err.value.code == "too_many_big_bodies"
+        assert err.value.headers["retry-after"] == "1"
+        assert asyncio.run(run("b")).min_prompt_tokens == 1 and "b" not in checker.in_flight
+        assert checker.in_flight == {"a": 2}
+    finally:
+        checker.close()

@@ -105,7 +105,7 @@ def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
         raw_bytes = await read_body(request, service.max_body_bytes)
         bound = 0
         if len(raw_bytes) > PROCESS_PARSE_BYTES:      # parsed in a helper process (body_precheck.py)
-            verdict = await service.prechecker.check(raw_bytes, kind, *service.prompt_bounds())
+            verdict = await service.prechecker.check(raw_bytes, kind, *service.prompt_bounds(), tenant=tenant)
             if verdict is not None:
                 bound = verdict.min_prompt_tokens
                 if verdict.reduced is not None:       # refused by its length: its prompt is not needed

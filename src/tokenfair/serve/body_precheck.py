@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from .errors import ServiceError
 
 PROCESS_PARSE_BYTES = 256 * 1024     # bodies above this are parsed in the helper process
+MAX_BIG_BODIES_PER_TENANT = 2        # a tenant's big bodies waiting for the helper at once (429 beyond)
 
 
 @dataclass(frozen=True)
@@ -96,11 +97,28 @@ class BodyPrechecker:
     def __init__(self) -> None:
         self.pool: ProcessPoolExecutor | None = None
         self.num_checked = 0
+        self.in_flight: dict[str, int] = {}     # tenant -> its bodies at the helper now (>= 1 when listed)
 
     async def check(self, raw_bytes: bytes, kind: str, max_context: int | None,
-                    max_token_chars: int | None) -> Verdict | None:
+                    max_token_chars: int | None, tenant: str = "") -> Verdict | None:
         """The helper's verdict (a ServiceError 400 for a malformed body); None when the
-        helper died or raised (the caller then parses the body itself, as a small one)."""
+        helper died or raised (the caller then parses the body itself, as a small one).
+        A tenant with :data:`MAX_BIG_BODIES_PER_TENANT` bodies at the helper already gets a
+        429, so one tenant's flood of big bodies cannot hold up another's."""
+        if self.in_flight.get(tenant, 0) >= MAX_BIG_BODIES_PER_TENANT:
+            raise ServiceError(429, f"too_many_big_bodies: tenant {tenant!r} has {MAX_BIG_BODIES_PER_TENANT} bodies "
+                                    f"over {PROCESS_PARSE_BYTES // 1024} KiB being checked; retry after ~1s",
+                               "too_many_big_bodies", headers={"retry-after": "1"})
+        self.in_flight[tenant] = self.in_flight.get(tenant, 0) + 1
+        try:
+            return await self._check(raw_bytes, kind, max_context, max_token_chars)
+        finally:
+            self.in_flight[tenant] -= 1
+            if not self.in_flight[tenant]:
+                del self.in_flight[tenant]
+
+    async def _check(self, raw_bytes: bytes, kind: str, max_context: int | None,
+                     max_token_chars: int | None) -> Verdict | None:
         if self.pool is None:
             self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_warm)
         loop = asyncio.get_running_loop()
