@@ -45,7 +45,7 @@ def shadow(records: Path = typer.Argument(..., help="serve/gateway --records fil
     from .contract_store import resolve_contract_ref
     from .costmodel import load_profile
     from .records import read_records, workload_of
-    from .records_profile import fit_profile
+    from .records_profile import calibrate_to_records, fit_profile
     from .sched.registry import make_policy
     from .shadow import run_shadow, shadow_table
     from .thresholds import load_thresholds
@@ -59,11 +59,20 @@ def shadow(records: Path = typer.Argument(..., help="serve/gateway --records fil
         make_policy(policy)
     except USER_ERRORS as err:
         fail(error_message(err))
+    cal = None
+    if profile is None:         # the fit's prefill is one step: calibrate it as the simulator runs it
+        prof, cal = calibrate_to_records(recs, wl, live_c, prof, policy)
 
     res = run_shadow(recs, wl, live_c, cand, prof, th, policy=policy, out_dir=out)
+    if cal is not None:
+        typer.echo(f"profile fitted from the records, calibrated by {cal.rounds} replay(s) under the live contract "
+                   f"(mean prefill {cal.prefill_error:+.1%}, mean TPOT {cal.tpot_error:+.1%} before the last rescale)")
     typer.echo(shadow_table(res))
     if out is not None:
-        doc = {"profile": prof.model_dump(mode="json"), "live": f"{live_c.version}@{live_c.content_hash}",
+        doc = {"profile": prof.model_dump(mode="json"),
+               "calibration": None if cal is None else {"rounds": cal.rounds, "prefill_error": cal.prefill_error,
+                                                        "tpot_error": cal.tpot_error},
+               "live": f"{live_c.version}@{live_c.content_hash}",
                "candidate": f"{cand.version}@{cand.content_hash}",
                "simulator_error": [{"tenant": e.tenant, "figure": e.figure, "recorded": e.measured,
                                     "simulated": e.simulated, "rel_error": e.rel_error} for e in res.errors],

@@ -4,8 +4,9 @@ without GPUs: ``tokenfair fake-backend``).
 Two timings.  Fixed (no ``profile``): requests are served strictly FIFO with at most
 ``concurrency`` at once (an asyncio semaphore: waiters are woken in arrival order), each
 emitting ``max_tokens`` tokens, the first after ``ttft_s``, each next after
-``token_delay_s``.  Profile: continuous batching with at most ``max_running`` requests whose
-steps take a simulator profile's step time (``fake_engine.BatchEngine``).
+``token_delay_s`` (paced from the request's start, so delays do not accumulate on a busy
+host).  Profile: continuous batching with at most ``max_running`` requests whose steps take
+a simulator profile's step time (``fake_engine.BatchEngine``).
 Prompt tokens are counted as whitespace-separated words (token-id prompts exactly).
 Streaming (with ``usage`` when asked) and non-streaming ``/v1/completions`` and
 ``/v1/chat/completions``, ``GET /v1/models``, ``GET /metrics`` (vLLM's gauge names:
@@ -113,10 +114,12 @@ def create_fake_backend(concurrency: int = 2, token_delay_s: float = 0.005, ttft
                 state["max_active"] = max(state["max_active"], state["active"])
                 state["order"].append(tag)
                 try:
-                    await asyncio.sleep(ttft_s)
+                    # paced on the loop's clock from the start: a late wake-up on a busy host
+                    # shortens the next wait, so a request takes ttft_s + (n-1) x token_delay_s
+                    loop = asyncio.get_running_loop()
+                    start = loop.time()
                     for i in range(n):
-                        if i:
-                            await asyncio.sleep(token_delay_s)
+                        await asyncio.sleep(max(0.0, start + ttft_s + i * token_delay_s - loop.time()))
                         yield f" t{i}"
                 finally:
                     state["active"] -= 1
