@@ -47,7 +47,8 @@ def contract_apply(path: Path = typer.Argument(..., help="contract YAML with a v
 
 
 def contract_history(store: Path = typer.Option(..., help=STORE_HELP)) -> None:
-    """Every change of the store, oldest first; '*' marks the current version."""
+    """Every change of the store, oldest first; '*' marks the current version.  Then the live
+    changes services logged here (apply, reload, canary, canary_passed, rollback, refused)."""
     from .contract_store import ContractStore
     try:
         s = ContractStore(store)
@@ -55,10 +56,16 @@ def contract_history(store: Path = typer.Option(..., help=STORE_HELP)) -> None:
     except USER_ERRORS as err:
         fail(error_message(err))
     if not hist:
-        typer.echo(f"{store}: no changes recorded")
+        typer.echo(f"{store}: no store changes recorded")
     for i, e in enumerate(hist):
         mark = "*" if i == len(hist) - 1 and e.version == cur else " "
         typer.echo(f"{mark} {e.time}  {e.event:<8} {e.version}@{e.hash}  {e.message}")
+    from .serve.contract_events import LIVE_LOG, read_live_log
+    live = read_live_log(Path(store) / LIVE_LOG)
+    if live:
+        typer.echo(f"live changes (serve/gateway --contract-store {store}), oldest first:")
+    for d in live:
+        typer.echo(f"  {d.get('time', '?')}  {d.get('mode', '?'):<7} {d['event']:<13} {d['version']}  {d.get('reason', '')}")
 
 
 def contract_show(version: Optional[str] = typer.Argument(None, help="version label (default: the current one)"),

@@ -38,7 +38,7 @@ def key(t: str) -> dict:
 
 
 @pytest.fixture()
-def stack():
+def stack(tmp_path):
     from tokenfair.serve.admin import configure_live
     from tokenfair.serve.app import create_app
     from tokenfair.serve.auth import KeyRing
@@ -50,7 +50,7 @@ def stack():
     c = parse_contract(contract("v1"))
     gw = Gateway(c, KeyRing(c), [fb.url], window=WindowConfig(initial=2, min=1, max=2))
     th = parse_thresholds({"scenarios": {"live": {"max_rejection_rate": 0.1}}})
-    configure_live(gw, admin_key_sha256=hash_key("admin-secret"), thresholds=th)
+    configure_live(gw, admin_key_sha256=hash_key("admin-secret"), thresholds=th, store=tmp_path / "store")
     gt = ServerThread(create_app(gw), gw).start()
     yield gw, gt
     gt.stop()
@@ -106,12 +106,11 @@ def test_bad_contract_is_refused_and_the_old_one_keeps_serving(stack):
     assert before in r.json()["error"]["message"] and r.headers["x-tokenfair-contract"] == before
     r = httpx.post(gt.url + "/admin/contract", content="{not yaml", headers=ADMIN)
     assert r.status_code == 400
-    # a live-incompatible change is refused the same way
+    # a key listed for two tenants is refused the same way
     bad = contract("v9")
-    bad["classes"] = {"interactive": {"min_share": 0.3}}
-    bad["default_class"] = "interactive"
+    bad["tenants"]["b"]["api_key_sha256"] = [hash_key(KEYS["a"])]
     r = httpx.post(gt.url + "/admin/contract", content=yaml_body(bad), headers=ADMIN)
-    assert r.status_code == 400 and "restart" in r.json()["error"]["message"]
+    assert r.status_code == 400 and before in r.json()["error"]["message"]
     # tenant keys never open the admin endpoints
     assert httpx.post(gt.url + "/admin/contract", content=yaml_body(contract("v3")), headers=key("a")).status_code == 401
     assert httpx.get(gt.url + "/admin/contract").status_code == 401
@@ -162,6 +161,11 @@ def test_canary_breach_rolls_back_within_one_evaluation_period(stack, h):
     last = state["events"][-1]
     assert last["event"] == "rollback" and "canary breach" in last["reason"] and "rejection_rate" in last["reason"]
     assert state["canary"] is None
+    # the canary and its rollback, with the reason, are in the store's live log (survive a restart)
+    from tokenfair.serve.contract_events import read_live_log
+    logged = read_live_log(gw.live.log.path)
+    assert [d["event"] for d in logged][-2:] == ["canary", "rollback"] and logged[-1]["reason"] == last["reason"]
+    assert logged[-2]["version"].startswith("v2-canary@") and logged[-1]["mode"] == "gateway"
 
 
 def test_canary_that_holds_is_kept(stack, h):
@@ -312,3 +316,69 @@ def test_cli_push_canary_wait_and_live_rollback(stack, h, tmp_path):
     assert res.exit_code == 0 and "in force: v1@" in res.output
     res = r.invoke(app, ["contract", "live", "--url", gt.url], env={"TOKENFAIR_ADMIN_KEY": "wrong"})
     assert res.exit_code == 2 and "HTTP 401" in res.output
+
+
+def test_every_section_changes_live_under_load(stack, h):
+    """Classes (a min share added, a max wait changed), costs, engine budgets and a new tenant
+    with its key: applied while requests queue; nothing is aborted; new requests follow v2."""
+    gw, gt = stack
+    done: list[httpx.Response] = []
+    threads = _fire(gt.url, "a", 10, done) + _fire(gt.url, "b", 10, done)
+    assert h.wait_until(lambda: gw.policy.num_waiting() >= 4, 10)
+    v2 = contract("v2")
+    v2["tenants"]["c"] = {"weight": 2.0, "api_key_sha256": [hash_key("key-c")]}
+    v2["classes"] = {"interactive": {"priority": 20, "aging_rate": 1, "max_wait_s": 45, "min_share": 0.3},
+                     "batch": {"priority": 0}}
+    v2["costs"] = {"prefill_token": 0.5, "decode_token": 4.0}
+    v2["engine"] = {"max_running": 3, "prefill_token_budget": 1024, "chunk_size": 256}
+    r = httpx.post(gt.url + "/admin/contract", content=yaml_body(v2), headers=ADMIN)
+    assert r.status_code == 200, r.text
+    p = gw.policy
+    assert p.class_min == {"interactive": 0.3} and p.class_waiting["interactive"] == p.num_waiting()
+    assert p.wd == 4.0 and p.admission.max_running == 3 and "batch" in gw.metrics.classes
+    r = httpx.post(gt.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 4},
+                   headers={"Authorization": "Bearer key-c"}, timeout=30)
+    assert r.status_code == 200 and r.headers["x-tokenfair-tenant"] == "c"      # the new key works at once
+    for t in threads:
+        t.join(30)
+    assert all(x.status_code == 200 for x in done)
+    assert h.wait_until(lambda: len(gw.records.items) == 21, 5)
+    recs = {x["request_id"]: x for x in gw.records.items}
+    assert recs[r.headers["x-request-id"]]["max_wait_s"] == 45 and recs[r.headers["x-request-id"]]["contract_version"] == "v2"
+    assert {x["max_wait_s"] for x in recs.values() if x["contract_version"] == "v1"} == {30}   # kept what admitted them
+    assert all(x["status"] == "finished" for x in recs.values())
+
+
+def test_changes_are_logged_in_the_store_and_survive_a_restart(tmp_path, h):
+    """--contract-store: applies, a canary's rollback and refusals go to DIR/live.jsonl; a new
+    service reads them back; `contract history` lists them; a label the store holds with other
+    content is refused."""
+    from typer.testing import CliRunner
+
+    from tokenfair.cli import app
+    from tokenfair.serve.admin import configure_live
+    from tokenfair.serve.auth import KeyRing
+    from tokenfair.serve.gateway import Gateway
+
+    store = tmp_path / "store"
+    c = parse_contract(contract("v1"))
+
+    def service():
+        gw = Gateway(c, KeyRing(c), ["http://127.0.0.1:9"])
+        return gw, configure_live(gw, admin_key_sha256=hash_key("admin-secret"), store=store)
+    gw, live = service()
+    live.apply(parse_contract(contract("v2", a={"weight": 2})), "apply", "more for a")
+    live.rollback("v2 starved b")
+    clash = parse_contract(contract("v2", a={"weight": 5}))            # v2 again, other content
+    with pytest.raises(Exception, match="already in the store"):
+        live.apply(clash)
+    assert gw.contract.version == "v1"
+    assert (store / "versions" / "v2.yaml").exists() and (store / "versions" / "v1.yaml").exists()
+    gw2, live2 = service()                                              # a restart
+    assert [e.event for e in live2.events] == ["start", "apply", "rollback", "start"]
+    assert live2.events[2].reason == "v2 starved b" and live2.events[1].version.startswith("v2@")
+    res = CliRunner().invoke(app, ["contract", "history", "--store", str(store)])
+    assert res.exit_code == 0, res.output
+    assert "live changes" in res.output and "v2 starved b" in res.output and "more for a" in res.output
+    res = CliRunner().invoke(app, ["contract", "show", "v2", "--store", str(store)])
+    assert res.exit_code == 0 and "weight: 2.0" in res.output
