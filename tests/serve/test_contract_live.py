@@ -134,6 +134,16 @@ def test_rollback_and_removed_tenants(stack):
     v3["default_tenant"] = {"weight": 0.5, "api_key_sha256": [hash_key(KEYS["light"])]}
     r = httpx.post(gt.url + "/admin/contract", content=yaml_body(v3), headers=ADMIN)
     assert r.status_code == 400 and "default_tenant" in r.json()["error"]["message"]
+    # removed_tenants: default_template -- the removed tenant's key goes on, under the default template
+    v4 = contract("v4", light=None)
+    v4["removed_tenants"] = "default_template"
+    v4["default_tenant"] = {"weight": 0.5}
+    assert httpx.post(gt.url + "/admin/contract", content=yaml_body(v4), headers=ADMIN).status_code == 200
+    r = httpx.post(gt.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, headers=key("light"), timeout=10)
+    assert r.status_code == 200 and r.headers["x-tokenfair-tenant"] == "light"
+    assert gw.policy.tenants["light"].weight == 0.5 and "light" not in gw.contract.tenants
+    r = httpx.post(gt.url + "/admin/contract/rollback", headers=ADMIN)
+    assert r.status_code == 200 and r.json()["version"] == "v2"
     r = httpx.post(gt.url + "/admin/contract/rollback", headers=ADMIN)
     assert r.status_code == 200 and r.json()["version"] == "v1"
     r = httpx.post(gt.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, headers=key("light"), timeout=10)

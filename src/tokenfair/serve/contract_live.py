@@ -20,9 +20,12 @@ rollback, ``POST /admin/contract/rollback``) is decided, then applied:
           requests fall below it; none is evicted for it.
 
 Tenants removed from the contract: their queued and running requests go on under the
-default template; their keys stop authenticating, with a clear refusal (401
-``tenant_removed`` naming the version that removed them).  A key names one tenant, so a
-contract cannot list keys under ``default_tenant``: to keep serving a tenant, keep it.
+default template; their keys, as the new contract's ``removed_tenants`` says, stop
+authenticating with a clear refusal (``reject``, the default: 401 ``tenant_removed`` naming
+the version that removed them) or go on authenticating the tenant, now served under
+``default_tenant`` (``default_template``; until the service restarts, when only the
+contract's own keys are known).  A key names one tenant, so a contract cannot list keys under
+``default_tenant``.
 
 Every response carries ``x-tokenfair-contract: VERSION@HASH``; every record names the version
 that admitted the request (``contract_version``).
@@ -61,6 +64,7 @@ class LiveKeyRing(KeyRing):
         super().__init__(contract, anonymous_tenant)
         self.removed: dict[str, str] = {}
         self.version = contract.version
+        self.keep_removed = contract.removed_tenants == "default_template"
         if previous is None:
             return
         old = dict(previous.by_hash) | dict(getattr(previous, "removed", {}))
@@ -77,6 +81,8 @@ class LiveKeyRing(KeyRing):
             gone = self.removed.get(hash_key(key)) if key is not None else None
             if gone is None:
                 raise
+            if self.keep_removed:
+                return gone                 # served under default_tenant (contract.tenant(gone))
             raise AuthError(f"tenant_removed: tenant {gone!r} is not in contract version "
                             f"{self.version!r}") from None
 
