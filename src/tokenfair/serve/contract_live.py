@@ -49,13 +49,6 @@ def label_of(c: Contract) -> str:
     return f"{c.version}@{c.content_hash}"
 
 
-def rebind_policy(policy, new: Contract, now: float) -> None:
-    """Point ``policy`` at ``new``: every field of the contract holds for what the policy decides
-    from now on (sched/policy.py ``on_contract_change``; the fair policy: sched/fair/rebind.py);
-    queued and running work is untouched."""
-    policy.on_contract_change(new, now)
-
-
 class LiveKeyRing(KeyRing):
     """The new contract's keys, and a clear refusal for the keys of tenants it removed."""
 
@@ -162,7 +155,9 @@ class LiveContract:
             sched = getattr(svc, "sched", None)
             if sched is not None:
                 sched.contract = new
-            rebind_policy(svc.policy, new, svc.now())
+            # every field holds for what the policy decides from now on; queued and running
+            # work is untouched (sched/policy.py on_contract_change, sched/fair/rebind.py)
+            svc.policy.on_contract_change(new, svc.now())
             svc.contract = new
             svc.keyring = ring
             svc.metrics.contract = new
