@@ -218,3 +218,20 @@ def test_any_change_at_any_step_ends_every_request_once(policy, at, max_running,
         raise
     for r in res.requests:
         assert r.status.is_terminal and r.reason
+
+
+def test_token_buckets_follow_the_new_rate_limits():
+    """A bucket is refilled to now under the old rate, then capped at the new burst; a tenant
+    that gains a limit starts with a full bucket; one that loses it stops counting."""
+    p = make_policy("fair")
+    c1 = parse_contract(BASE)
+    p.bind(c1, PROFILE, BlockPool(PROFILE.num_blocks, PROFILE.block_size), OnlinePredictor())
+    a, b = p.tenant("a", 0.0), p.tenant("b", 0.0)
+    b.bucket = 1000.0                                  # 2000 tokens/s: full (3000) again by t = 1 s
+    new = parse_contract(changed(tenants={"a": {"rate_limit": {"tokens_per_s": 10, "burst_tokens": 50}},
+                                          "b": {"rate_limit": {"tokens_per_s": 500, "burst_tokens": 800}}}))
+    p.on_contract_change(new, 1.0)
+    assert b.bucket == 800.0 and b.bucket_t == 1.0
+    assert a.bucket == 50.0 and [t.name for t in p.rate_limited] == ["a", "b"]
+    p.on_contract_change(parse_contract(changed(tenants={"a": {}, "b": {}})), 2.0)
+    assert a.bucket == b.bucket == 0.0 and p.rate_limited == []
