@@ -392,3 +392,21 @@ def test_changes_are_logged_in_the_store_and_survive_a_restart(tmp_path, h):
     assert "live changes" in res.output and "v2 starved b" in res.output and "more for a" in res.output
     res = CliRunner().invoke(app, ["contract", "show", "v2", "--store", str(store)])
     assert res.exit_code == 0 and "weight: 2.0" in res.output
+
+
+def test_canary_rolls_back_on_in_time_goodput(stack, h):
+    """The live gate's min_goodput_fraction: a candidate under which the requests it admits miss
+    their SLOs (an unmeetable TTFT SLO) is rolled back at the next evaluation, the reason named."""
+    gw, gt = stack
+    gw.live.thresholds = parse_thresholds({"scenarios": {"live": {"min_goodput_fraction": 0.5}}})
+    cand = contract("v2-slo")
+    cand["classes"] = {"interactive": {"priority": 20, "max_wait_s": 30, "ttft_slo_s": 0.0001}}
+    r = httpx.post(gt.url + "/admin/contract?canary_s=60&eval_s=0.3", content=yaml_body(cand), headers=ADMIN)
+    assert r.status_code == 200 and r.json()["canary"]["state"] == "watching"
+    out: list[httpx.Response] = []
+    for t in _fire(gt.url, "b", 3, out):
+        t.join(30)
+    assert all(x.status_code == 200 for x in out)
+    assert h.wait_until(lambda: gw.contract.version == "v1", 5)
+    last = gw.live.events[-1]
+    assert last.event == "rollback" and "goodput_fraction=0" in last.reason
