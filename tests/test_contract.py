@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tokenfair.contract import Contract, ContractError, load_contract, parse_contract
-from tokenfair.scenarios import SCENARIOS
+from tokenfair.contracts.contract import Contract, ContractError, load_contract, parse_contract
+from tokenfair.workloads.scenarios import SCENARIOS
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "contracts"
 
@@ -78,7 +78,7 @@ def test_cli_validate_and_schema(tmp_path):
 
 
 def test_removed_tenants_setting_and_stable_hashes():
-    from tokenfair.contract import ContractError, parse_contract
+    from tokenfair.contracts.contract import ContractError, parse_contract
     plain = parse_contract({"version": "x"})
     reject = parse_contract({"version": "x", "removed_tenants": "reject"})
     keep = parse_contract({"version": "x", "removed_tenants": "default_template"})

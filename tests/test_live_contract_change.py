@@ -8,18 +8,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tokenfair.contract import parse_contract
-from tokenfair.costmodel import Profile
-from tokenfair.intake import make_request
-from tokenfair.kv import BlockPool
-from tokenfair.loop import VirtualClock, run
-from tokenfair.request import Request, Status
+from tokenfair.contracts.contract import parse_contract
+from tokenfair.core.costmodel import Profile
+from tokenfair.runtime.intake import make_request
+from tokenfair.core.kv import BlockPool
+from tokenfair.runtime.loop import VirtualClock, run
+from tokenfair.core.request import Request, Status
 from tokenfair.sched.fair.ordering import live
 from tokenfair.sched.predictor import OnlinePredictor
 from tokenfair.sched.registry import make_policy
 from tokenfair.sched.scheduler import IterationScheduler
 from tokenfair.sim.engine import SimEngine
-from tokenfair.workload import TraceRow
+from tokenfair.workloads.workload import TraceRow
 
 LIVE_REQUEST_FIELDS = ("klass", "priority", "aging_rate", "max_wait_s", "preemptible", "ttft_slo_s", "tpot_slo_s",
                        "deadline_s", "order_deadline_s")

@@ -9,12 +9,12 @@ import random
 
 import pytest
 
-from tokenfair.contract import parse_contract
-from tokenfair.costmodel import Profile
-from tokenfair.measured import measured_summary
-from tokenfair.records_profile import calibrate_to_records, fit_profile, scaled_profile
+from tokenfair.contracts.contract import parse_contract
+from tokenfair.core.costmodel import Profile
+from tokenfair.evaluation.measured import measured_summary
+from tokenfair.contracts.records_profile import calibrate_to_records, fit_profile, scaled_profile
 from tokenfair.sim.simulate import simulate
-from tokenfair.workload import TraceRow, Workload
+from tokenfair.workloads.workload import TraceRow, Workload
 
 TRUE = Profile(name="true", kind="linear", prefill_batch_s=0.03, prefill_token_s=5e-5, decode_base_s=0.02,
                decode_seq_s=0.002, overhead_s=0, kv_capacity_tokens=1 << 22, swap_capacity_tokens=0)

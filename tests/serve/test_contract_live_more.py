@@ -8,9 +8,9 @@ import httpx
 import pytest
 from test_contract_live import ADMIN, contract, fire, stack, yaml_body  # noqa: F401 (stack: a fixture)
 
-from tokenfair.contract import parse_contract
+from tokenfair.contracts.contract import parse_contract
 from tokenfair.serve.auth import hash_key
-from tokenfair.thresholds import parse_thresholds
+from tokenfair.evaluation.thresholds import parse_thresholds
 
 
 
@@ -51,7 +51,7 @@ def test_changes_are_logged_in_the_store_and_survive_a_restart(tmp_path, h):
     content is refused."""
     from typer.testing import CliRunner
 
-    from tokenfair.cli import app
+    from tokenfair.cli.app import app
     from tokenfair.serve.admin import configure_live
     from tokenfair.serve.auth import KeyRing
     from tokenfair.serve.gateway import Gateway

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import yaml
 
-from ..contract import Contract, ContractError
-from ..contract_store import UNVERSIONED, ContractStore, StoreError
+from ..contracts.contract import Contract, ContractError
+from ..contracts.store import UNVERSIONED, ContractStore, StoreError
 
 LIVE_LOG = "live.jsonl"
 

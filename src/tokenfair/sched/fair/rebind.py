@@ -21,7 +21,7 @@ max wait, SLOs, deadline) they were admitted with.  O(tenants + queued requests)
 
 from __future__ import annotations
 
-from ...contract import Contract
+from ...contracts.contract import Contract
 from .ordering import LazyHeap, best_head, live
 from .state import FairState
 
