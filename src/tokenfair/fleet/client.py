@@ -34,6 +34,7 @@ log = logging.getLogger("tokenfair.fleet")
 DEFAULT_TIMEOUT_S = 0.25
 DEFAULT_HEARTBEAT_S = 0.25
 DEFAULT_LEASE_TTL_S = 5.0
+CONTRACT_MESSAGE = "contract"   # a wake message "contract|seq": the live contract changed (sync_scripts.py)
 LIVE_FACTOR = 4          # a gateway is live while its last heartbeat is under LIVE_FACTOR x heartbeat_s old
 
 
@@ -70,6 +71,7 @@ class FleetClient:
         self.refusals: dict[str, int] = {}              # refused dispatch asks by reason
         self.last_error = ""
         self.on_wake: Callable[[str, int], None] = lambda backend, inflight: None
+        self.on_contract: Callable[[int], None] = lambda seq: None   # a contract was published (sync.py)
         self.heartbeat_fn: Callable[[], Heartbeat] | None = None
         self._tasks: list[asyncio.Task] = []
         self._pending: set[asyncio.Task] = set()
@@ -260,6 +262,9 @@ class FleetClient:
         try:
             n = int(count)
         except ValueError:
+            return
+        if backend == CONTRACT_MESSAGE:
+            self.on_contract(n)
             return
         self.view.backend_inflight[backend] = n
         self.on_wake(backend, n)

@@ -12,6 +12,9 @@ Keys, all under the prefix ``tf:{fleet}`` (``P``)::
   P:backends  set    backend names seen
   P:charged, P:served, P:dispatched, P:completed
               hashes tenant -> predicted cost charged / actual cost served / counts
+  P:svc       hash   tenant -> service: predicted cost at dispatch, corrected to the actual
+              cost at completion (what the shared recent shares are computed from)
+  P:svck      hash   class -> the same per class
   P:served_tc, P:dispatched_tc
               hashes "tenant|class" -> actual cost served / dispatches
   P:op:{id}   string an applied op (a dispatch kept 6 h, a completion 1 h): a replayed op is
@@ -19,7 +22,10 @@ Keys, all under the prefix ``tf:{fleet}`` (``P``)::
   P:gw        zset   gateway -> last heartbeat time
   P:q:{g}     hash   tenant -> waiting requests at gateway g (expires with g's heartbeat)
   P:gwinfo    hash   gateway -> "contract|running|time"
-  P:contract  string the first contract tag published (version@hash)
+  P:contract  string the fleet's live contract tag (version@hash; ``sync_scripts.py``)
+  P:contract_text, P:contract_seq
+              string the live contract as JSON, and a counter bumped at every publication
+  P:qc:{g}    hash   tenant -> predicted cost waiting at gateway g (expires with g's view)
   channel P:wake     a dispatch or completion happened (message: "backend|leases on it")
 
 The scripts name their keys through ARGV (the prefix), which standalone Redis allows (not
@@ -120,6 +126,8 @@ redis.call('ZADD', lb, now + ttl, lease)
 redis.call('ZADD', lt, now + ttl, lease)
 redis.call('SADD', P .. ':backends', backend)
 redis.call('HINCRBYFLOAT', P .. ':charged', tenant, cpred)
+redis.call('HINCRBYFLOAT', P .. ':svc', tenant, cpred)
+redis.call('HINCRBYFLOAT', P .. ':svck', ARGV[18], cpred)
 redis.call('HINCRBY', P .. ':dispatched', tenant, 1)
 redis.call('HINCRBY', P .. ':dispatched_tc', tenant .. '|' .. ARGV[18], 1)
 redis.call('HDEL', P .. ':blk', tenant)
@@ -158,6 +166,8 @@ end
 redis.call('ZREM', lb, lease)
 redis.call('ZREM', P .. ':lt:' .. tenant, lease)
 redis.call('HINCRBYFLOAT', P .. ':served', tenant, actual)
+redis.call('HINCRBYFLOAT', P .. ':svc', tenant, actual - cpred)
+redis.call('HINCRBYFLOAT', P .. ':svck', ARGV[15] or '', actual - cpred)
 redis.call('HINCRBYFLOAT', P .. ':served_tc', tenant .. '|' .. (ARGV[15] or ''), actual)
 redis.call('HINCRBY', P .. ':completed', tenant, 1)
 redis.call('HDEL', P .. ':blk', tenant)

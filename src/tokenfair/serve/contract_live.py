@@ -136,6 +136,7 @@ class LiveContract:
         self.previous: list[Contract] = []
         self.events: list[ContractEvent] = []
         self.canary = None                  # the running canary (serve/canary.py), if any
+        self.on_apply: list = []            # callables (contract, event) run after each applied change
         self.note("start", "the contract the service started with")
 
     @property
@@ -180,7 +181,10 @@ class LiveContract:
             svc.metrics.contract = new
         if push and label_of(old) != label_of(new):
             self.previous.append(old)
-        return self.note(event, reason, previous=label_of(old))
+        ev = self.note(event, reason, previous=label_of(old))
+        for hook in self.on_apply:          # e.g. a fleet gateway publishes the change (fleet/contract_sync.py)
+            hook(new, event)
+        return ev
 
     def refuse(self, err: Exception, source: str) -> ContractEvent:
         return self.note("refused", f"{source}: {err}")
