@@ -193,10 +193,11 @@ def _register_optional() -> None:
     bench_app.command("engine")(bench_engine)
     from .cli_contracts import register as register_contracts
     register_contracts(app, contract_app)
-    from .cli_fleet import bench_fleet, fake_backend, fleet_app
+    from .cli_fleet import bench_fleet, bench_fleet_latency, fake_backend, fleet_app
     app.add_typer(fleet_app, name="fleet")
     app.command("fake-backend")(fake_backend)
     bench_app.command("fleet")(bench_fleet)
+    bench_app.command("fleet-latency")(bench_fleet_latency)
     from .cli_vllm import bench_vllm
     bench_app.command("vllm")(bench_vllm)
     from .cli_shedding import bench_shedding_cmd

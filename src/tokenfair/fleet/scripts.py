@@ -26,7 +26,9 @@ Keys, all under the prefix ``tf:{fleet}`` (``P``)::
   P:contract_text, P:contract_seq
               string the live contract as JSON, and a counter bumped at every publication
   P:qc:{g}    hash   tenant -> predicted cost waiting at gateway g (expires with g's view)
-  channel P:wake     a dispatch or completion happened (message: "backend|leases on it")
+  P:wantwake  string set (for a lease TTL) by every refused dispatch: some gateway waits
+  channel P:wake     a dispatch or completion happened while P:wantwake is set (message:
+                     "backend|leases on it"), or a contract was published ("contract|seq")
 
 The scripts name their keys through ARGV (the prefix), which standalone Redis allows (not
 Redis Cluster).  Times are Redis ``TIME`` (one clock for every gateway) unless a test passes
@@ -48,6 +50,13 @@ end
 local function with_tags(out)
   for _, x in ipairs(redis.call('HGETALL', P .. ':S')) do out[#out + 1] = x end
   return out
+end
+local function wake(backend, lb)
+  -- only while some gateway waits for room (a refusal in the last lease TTL): unsaturated,
+  -- a dispatch or completion sends nobody a message
+  if redis.call('EXISTS', P .. ':wantwake') == 1 then
+    redis.call('PUBLISH', P .. ':wake', backend .. '|' .. redis.call('ZCARD', lb))
+  end
 end
 local function bucket_level(tenant, rate, burst, now)
   local b = tonumber(redis.call('HGET', P .. ':bk', tenant))
@@ -78,6 +87,7 @@ local S = math.max(num(redis.call('HGET', P .. ':S', tenant), 0), V - credit / w
 local level = 0
 if rate > 0 then level = bucket_level(tenant, rate, burst, now) end
 local function refuse(reason, retry)
+  redis.call('SET', P .. ':wantwake', '1', 'PX', math.floor(ttl * 1000))
   return with_tags({'refused', reason, fmt(V), redis.call('ZCARD', lb), fmt(retry)})
 end
 if not force then
@@ -132,7 +142,7 @@ redis.call('HINCRBY', P .. ':dispatched', tenant, 1)
 redis.call('HINCRBY', P .. ':dispatched_tc', tenant .. '|' .. ARGV[18], 1)
 redis.call('HDEL', P .. ':blk', tenant)
 redis.call('SET', opkey, '1', 'EX', 21600)
-redis.call('PUBLISH', P .. ':wake', backend .. '|' .. redis.call('ZCARD', lb))
+wake(backend, lb)
 return with_tags({'ok', '', fmt(V), redis.call('ZCARD', lb), '0'})
 """
 
@@ -172,7 +182,7 @@ redis.call('HINCRBYFLOAT', P .. ':served_tc', tenant .. '|' .. (ARGV[15] or ''),
 redis.call('HINCRBY', P .. ':completed', tenant, 1)
 redis.call('HDEL', P .. ':blk', tenant)
 redis.call('SET', opkey, '1', 'EX', 3600)
-redis.call('PUBLISH', P .. ':wake', backend .. '|' .. redis.call('ZCARD', lb))
+wake(backend, lb)
 return with_tags({'ok', '', fmt(V), redis.call('ZCARD', lb), '0'})
 """
 
