@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from ..serve.auth import hash_key
-from ..serve.overhead import stop_processes, wait_port
+from ..serve.overhead import stop_processes, timed_stream, wait_port
 from .redis_server import RedisServer, free_port
 
 TRANSPORTS = ("tcp", "unix")
@@ -154,23 +154,11 @@ async def poisson(rate: float, duration_s: float, urls: dict[str, str], key: str
 
         async def one(at: float, path: str) -> None:
             await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
-            start, ttft = time.perf_counter(), None
-            try:
-                async with client.stream("POST", urls[path] + "/v1/completions",
-                                         headers={"authorization": f"Bearer {key}"},
-                                         json={"prompt": "a b c d e f g h", "max_tokens": 16, "stream": True}) as r:
-                    if r.status_code != 200:
-                        res["errors"][path] += 1
-                        await r.aread()
-                        return
-                    async for line in r.aiter_lines():
-                        if ttft is None and line.startswith("data: ") and '" t0"' in line:
-                            ttft = time.perf_counter() - start
-            except httpx.HTTPError:
+            got = await timed_stream(client, urls[path] + "/v1/completions", key, 16)
+            if got is None:
                 res["errors"][path] += 1
-                return
-            if at >= warmup_s and ttft is not None:
-                res[path].append((ttft, time.perf_counter() - start))
+            elif at >= warmup_s and got[0] is not None:
+                res[path].append(got)
 
         tasks, t = [], 0.0
         paths = sorted(urls)
