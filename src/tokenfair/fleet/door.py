@@ -1,10 +1,10 @@
 """A fleet gateway's fleet-wide decisions outside the dispatch script: the door's 429
 ``rate_limited``, the ``x-ratelimit-*-tokens`` headers and the fair policy's recent
-service (min shares, light tenants), from the shared view (``sync.py``).
+service shares (min shares, light tenants), from the shared view (``sync.py``).
 
 Healthy: the tenant's *fleet* token bucket (at most ``heartbeat_s`` old, refilled to now at
 the tenant's rate) against the cost it has queued at every gateway; the policy's recent
-service per tenant and in total is the fleet's.  Degraded (Redis unreachable): this
+service per tenant is in the fleet's proportions (``apply_recent``).  Degraded (Redis unreachable): this
 gateway's local store, which holds 1 / live replicas of the rate and burst
 (``local_store.py``), against the cost queued here.
 """
@@ -40,16 +40,24 @@ def door_wait_s(level: float, queued_here: float, queued_elsewhere: float, rate:
 
 
 def apply_recent(policy, tenants: RecentService, classes: RecentService, now: float) -> bool:
-    """Make the fair policy's recent service per tenant, per min-share class and in total
-    the fleet's (decayed to ``now``, the policy's clock).  False: nothing known yet."""
+    """Give the fair policy the fleet's *proportions* of recent service: each tenant's and
+    min-share class's share of the fleet's recent service (decayed to ``now``, the
+    policy's clock), scaled to this gateway's own recent total.  The shares that the
+    min-share guarantees and the light-tenant test compare are then the fleet's, while the
+    total -- the service rate the wait forecast drains this gateway's queue at -- stays
+    this gateway's.  False: nothing to apply (no fleet service yet, or none here)."""
     if not tenants.known():
         return False
     for r in (tenants, classes):
         r.update(r.cumulative, now)              # decay to now (no new increments)
+    fleet_total = sum(tenants.recent.values())
+    local_total = policy.recent_total
+    if fleet_total <= 0 or local_total <= 0:
+        return False
+    scale = local_total / fleet_total
     for name, t in policy.tenants.items():
-        t.recent = tenants.recent.get(name, 0.0)
+        t.recent = tenants.recent.get(name, 0.0) * scale
         t.recent_t = now
     for k in policy.class_recent:
-        policy.class_recent[k] = classes.recent.get(k, 0.0)
-    policy.recent_total = sum(tenants.recent.values())
+        policy.class_recent[k] = classes.recent.get(k, 0.0) * scale
     return True

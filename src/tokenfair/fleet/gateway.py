@@ -228,6 +228,12 @@ class FleetGateway(Gateway):
              one(st["journal_ops"])),
             ("tokenfair_fleet_degraded_total", "Times this gateway fell back to local state", (),
              one(st["times_degraded"])),
+            ("tokenfair_fleet_view_age_seconds", "Age of the shared view (fleet buckets, shares, contract) in use here",
+             (), one(self.now() - self.sync.view.read_s if self.sync.view is not None else -1.0)),
+            ("tokenfair_fleet_contract_matches", "1 while this gateway's contract is the fleet's live contract", (),
+             one(self.sync.contracts.fleet_tag in ("", self._contract_tag()))),
+            ("tokenfair_fleet_contracts_adopted_total", "Contract changes adopted from the fleet", (),
+             one(self.sync.contracts.num_adopted)),
             ("tokenfair_fleet_refusals", "Dispatch asks the fleet store refused, by reason (window, concurrency, "
              "rate, ahead)", ("reason",), {(k,): float(v) for k, v in sorted(self.fleet.refusals.items())}),
             ("tokenfair_fleet_backend_leases", "Requests in flight per backend, fleet-wide (leases)", ("backend",),
