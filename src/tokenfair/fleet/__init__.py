@@ -5,6 +5,7 @@ writers of the Redis state), ``redis_store`` / ``local_store`` (the two implemen
 one store interface), ``client`` (healthy / degraded mode, journal and resync, heartbeats),
 ``gateway`` (the gateway whose dispatch asks the store), ``status`` (the fleet view);
 the slow path off the dispatch: ``sync_scripts`` / ``sync`` (the shared view read every
-heartbeat), ``contract_sync`` (the live contract), ``door`` (fleet-wide door and shares),
-``gateway_sync`` (the loop that ties them to a gateway); ``bench`` / ``bench_latency``.
+heartbeat, the fleet's shares of recent service), ``contract_sync`` (the live contract),
+``door`` (the door's 429 and headers from the fleet's bucket), ``gateway_sync`` (the loop
+that ties them to a gateway); ``bench`` / ``bench_latency``.
 """

@@ -1,8 +1,8 @@
 """A fleet gateway's sync loop: every ``heartbeat_s`` (and at once when a contract is
 published anywhere in the fleet, or changed here) one VIEW script (``sync.py``), then the
-fleet's recent service into the fair policy (``door.apply_recent``) and the live contract
-(``contract_sync.py``).  Off the dispatch path; skipped while Redis is unreachable (the
-client's heartbeat probes it and resynchronises)."""
+fleet's shares of recent service into the fair policy (``sync.apply_recent``) and the
+live contract (``contract_sync.py``).  Off the dispatch path; skipped while Redis is
+unreachable (the client's heartbeat probes it and resynchronises)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import logging
 
 from .client import LIVE_FACTOR, redis_errors
 from .contract_sync import ContractSync
-from .door import apply_recent, queued_cost
-from .sync import RecentService, SharedView, ViewReader
+from .door import queued_cost
+from .sync import RecentService, SharedView, ViewReader, apply_recent
 
 log = logging.getLogger("tokenfair.fleet")
 

@@ -108,3 +108,27 @@ class ViewReader:
         q = [x for t, c in sorted(queued_cost.items()) if c > 0 for x in (t, repr(float(c)))]
         args = [self.prefix, self.gateway_id, repr(float(ttl_s)), repr(float(now)), str(len(q) // 2), *q]
         return parse_view(await self._view(keys=[], args=args), read_s)
+
+
+def apply_recent(policy, tenants: RecentService, classes: RecentService, now: float) -> bool:
+    """Give the fair policy the fleet's *proportions* of recent service: each tenant's and
+    min-share class's share of the fleet's recent service (decayed to ``now``, the
+    policy's clock), scaled to this gateway's own recent total.  The shares that the
+    min-share guarantees and the light-tenant test compare are then the fleet's, while the
+    total -- the service rate the wait forecast drains this gateway's queue at -- stays
+    this gateway's.  False: nothing to apply (no fleet service yet, or none here)."""
+    if not tenants.known():
+        return False
+    for r in (tenants, classes):
+        r.update(r.cumulative, now)              # decay to now (no new increments)
+    fleet_total = sum(tenants.recent.values())
+    local_total = policy.recent_total
+    if fleet_total <= 0 or local_total <= 0:
+        return False
+    scale = local_total / fleet_total
+    for name, t in policy.tenants.items():
+        t.recent = tenants.recent.get(name, 0.0) * scale
+        t.recent_t = now
+    for k in policy.class_recent:
+        policy.class_recent[k] = classes.recent.get(k, 0.0) * scale
+    return True
