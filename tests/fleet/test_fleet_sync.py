@@ -14,7 +14,7 @@ import httpx
 import pytest
 import redis
 
-from tokenfair.contract import parse_contract
+from tokenfair.contracts.contract import parse_contract
 from tokenfair.fleet.contract_sync import contract_text
 from tokenfair.fleet.rehearsal import FleetSpec, closed_loop, start_fleet
 from tokenfair.fleet.sync import RecentService, SharedView

@@ -25,7 +25,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from ..contract import Contract, parse_contract
+from ..contracts.contract import Contract, parse_contract
 from ..serve.auth import KeyRing, hash_key
 from .bench_latency import format_latency, latency_bench, pcts
 from .redis_server import RedisServer

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 
-from ..contract import Contract, ContractError, parse_contract
+from ..contracts.contract import Contract, ContractError, parse_contract
 from ..serve.contract_live import label_of
 from .redis_store import fleet_prefix
 from .sync_scripts import PUBLISH

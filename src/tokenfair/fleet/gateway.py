@@ -33,7 +33,7 @@ import asyncio
 import time
 from dataclasses import dataclass, fields
 
-from ..request import Status
+from ..core.request import Status
 from ..serve.gateway import Gateway
 from ..serve.gateway_backend import GatewayJob
 from ..serve.gateway_dispatch import IDLE_POLL_S
