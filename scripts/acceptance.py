@@ -5,9 +5,9 @@ Usage: python scripts/acceptance.py [--seed N] [--profile NAME] [--scenarios hol
 """
 import argparse
 
-from tokenfair.acceptance import evaluate_scenario
-from tokenfair.costmodel import load_profile
-from tokenfair.scenarios import SCENARIOS
+from tokenfair.evaluation.acceptance import evaluate_scenario
+from tokenfair.core.costmodel import load_profile
+from tokenfair.workloads.scenarios import SCENARIOS
 
 
 def _f(v, fmt="{:.3f}"):

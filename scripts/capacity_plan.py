@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-from tokenfair.cli_common import resolve_contract, resolve_workload, shape_workload
-from tokenfair.costmodel import load_profile
+from tokenfair.cli.common import resolve_contract, resolve_workload, shape_workload
+from tokenfair.core.costmodel import load_profile
 from tokenfair.sim.fleet import FleetConfig
 from tokenfair.sim.fleet_simulate import simulate_fleet
 

@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 
 from tokenfair.core_build import core_kind
-from tokenfair.costmodel import load_profile
-from tokenfair.metrics import request_record
-from tokenfair.scenarios import build_scenario
+from tokenfair.core.costmodel import load_profile
+from tokenfair.evaluation.metrics import request_record
+from tokenfair.workloads.scenarios import build_scenario
 
 POLICIES = ("fifo", "sjf", "priority", "vtc", "fair")
 SCENARIOS = ("hol", "whale", "flood", "burst")
@@ -45,8 +45,8 @@ def _workloads(quick: bool):
             not (Path.cwd().parent / "shared" / "traces").is_dir():
         print("note: no ../shared/traces; azure:conv left out", file=sys.stderr)
         return
-    from tokenfair.contract import parse_contract
-    from tokenfair.traces import load_workload
+    from tokenfair.contracts.contract import parse_contract
+    from tokenfair.workloads.traces import load_workload
     yield "azure:conv", load_workload("azure:conv", seed=0, num_tenants=TRACE_TENANTS), parse_contract({})
 
 

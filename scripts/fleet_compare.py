@@ -23,11 +23,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from tokenfair.contract import parse_contract
-from tokenfair.costmodel import load_profile
+from tokenfair.contracts.contract import parse_contract
+from tokenfair.core.costmodel import load_profile
 from tokenfair.sim.fleet import FleetConfig
 from tokenfair.sim.fleet_simulate import simulate_fleet
-from tokenfair.traces import limit, load_workload, scale_rate
+from tokenfair.workloads.traces import limit, load_workload, scale_rate
 
 CONFIGS = {
     "prefix+gateway": ("fifo", dict(router="prefix-aware", fleet_policy="fair", load_bound=1.5)),

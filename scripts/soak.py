@@ -1,4 +1,4 @@
-"""The fault-injecting soak (tokenfair.soak) at full size; prints one JSON line.
+"""The fault-injecting soak (tokenfair.benchmarks.soak) at full size; prints one JSON line.
 
     .venv/bin/python scripts/soak.py --requests 1000000 --seed 0 --policy fair
 
@@ -13,7 +13,7 @@ import json
 import resource
 import sys
 
-from tokenfair.soak import SoakConfig, run_soak
+from tokenfair.benchmarks.soak import SoakConfig, run_soak
 
 
 def main() -> None:

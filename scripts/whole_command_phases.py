@@ -13,11 +13,11 @@ import tempfile
 import time
 
 t0 = time.process_time()
-from tokenfair.cli_common import resolve_workload, shape_workload  # noqa: E402
-from tokenfair.contract import Contract  # noqa: E402
-from tokenfair.costmodel import load_profile  # noqa: E402
-from tokenfair.metrics import request_record, summarize  # noqa: E402
-from tokenfair.output import write_run  # noqa: E402
+from tokenfair.cli.common import resolve_workload, shape_workload  # noqa: E402
+from tokenfair.contracts.contract import Contract  # noqa: E402
+from tokenfair.core.costmodel import load_profile  # noqa: E402
+from tokenfair.evaluation.metrics import request_record, summarize  # noqa: E402
+from tokenfair.runtime.output import write_run  # noqa: E402
 from tokenfair.sim.isolated import isolated_e2e  # noqa: E402
 from tokenfair.sim.simulate import isolated_baselines, simulate_once  # noqa: E402
 

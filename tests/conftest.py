@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tokenfair.traces import find_traces_dir
-from tokenfair.workload import WorkloadError
+from tokenfair.workloads.traces import find_traces_dir
+from tokenfair.workloads.workload import WorkloadError
 
 
 @pytest.fixture(scope="session")

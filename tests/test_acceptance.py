@@ -1,13 +1,13 @@
 """Issue 15's acceptance on the six built-in scenarios (default profile), fair against fifo
-and vtc in one run (``tokenfair.acceptance``; the README's table).  Where a criterion is not
+and vtc in one run (``tokenfair.evaluation.acceptance``; the README's table).  Where a criterion is not
 met the test pins what is measured, with its margin, and says why."""
 
 import pytest
 
-from tokenfair.acceptance import LIGHT, MAX_LIGHT_VS_ISOLATED, evaluate_scenario
-from tokenfair.costmodel import load_profile
-from tokenfair.scenarios import SCENARIOS
-from tokenfair.thresholds import evaluate, load_thresholds
+from tokenfair.evaluation.acceptance import LIGHT, MAX_LIGHT_VS_ISOLATED, evaluate_scenario
+from tokenfair.core.costmodel import load_profile
+from tokenfair.workloads.scenarios import SCENARIOS
+from tokenfair.evaluation.thresholds import evaluate, load_thresholds
 
 # burst-long: fair keeps the streams' TPOT under the SLO while the 9K-token burst prefills
 # (TPOT-shaped budget), which costs the burst ~2% of the engine: in-time goodput 0.975x vtc's

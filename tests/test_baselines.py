@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from tokenfair.contract import parse_contract
-from tokenfair.costmodel import Profile
-from tokenfair.kv import BlockPool
-from tokenfair.loop import VirtualClock, run
-from tokenfair.request import Request, Status
-from tokenfair.sched.baselines import PriorityPolicy, SjfPolicy
-from tokenfair.sched.vtc import VtcPolicy
+from tokenfair.contracts.contract import parse_contract
+from tokenfair.core.costmodel import Profile
+from tokenfair.core.kv import BlockPool
+from tokenfair.runtime.loop import VirtualClock, run
+from tokenfair.core.request import Request, Status
+from tokenfair.sched.baselines.classic import PriorityPolicy, SjfPolicy
+from tokenfair.sched.baselines.vtc import VtcPolicy
 from tokenfair.sched.predictor import OnlinePredictor
 from tokenfair.sched.registry import make_policy
 from tokenfair.sched.scheduler import IterationScheduler
 from tokenfair.sim.engine import SimEngine
-from tokenfair.workload import TraceRow
+from tokenfair.workloads.workload import TraceRow
 
 # 10 ms per prefill batch + 1 ms per prefill token; 10 ms per decode step.
 PROFILE = Profile(name="tiny", kind="linear", prefill_batch_s=0.01, prefill_token_s=0.001,

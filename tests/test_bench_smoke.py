@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tokenfair.bench import bench_scheduler, bench_sim
+from tokenfair.benchmarks.bench import bench_scheduler, bench_sim
 
 
 def test_bench_scheduler_small():

@@ -14,14 +14,15 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from tokenfair.compare import compare_results, compare_table, run_compare, run_demo, table_rows
-from tokenfair.contract import parse_contract
-from tokenfair.costmodel import Profile
-from tokenfair.report import write_report
-from tokenfair.scenarios import SCENARIOS
-from tokenfair.thresholds import (Check, ThresholdsError, evaluate, load_thresholds, parse_thresholds,
+from tokenfair.evaluation.compare import compare_results, run_compare, run_demo
+from tokenfair.evaluation.table import compare_table, table_rows
+from tokenfair.contracts.contract import parse_contract
+from tokenfair.core.costmodel import Profile
+from tokenfair.evaluation.report import write_report
+from tokenfair.workloads.scenarios import SCENARIOS
+from tokenfair.evaluation.thresholds import (Check, ThresholdsError, evaluate, load_thresholds, parse_thresholds,
                                   verdict)
-from tokenfair.workload import TraceRow, Workload, write_trace
+from tokenfair.workloads.workload import TraceRow, Workload, write_trace
 
 PROFILE = Profile(name="tiny", kind="linear", prefill_batch_s=0.01, prefill_token_s=0.0005,
                   decode_base_s=0.01, decode_seq_s=0.0002, overhead_s=0.0,
@@ -244,7 +245,7 @@ def test_report_renders_in_headless_chromium(compared, tmp_path):
 # -- CLI --------------------------------------------------------------------------------------
 @pytest.fixture()
 def cli_app():
-    from tokenfair.cli_compare import compare, demo
+    from tokenfair.cli.compare import compare, demo
     app = typer.Typer(add_completion=False)
     app.command("compare")(compare)
     app.command("demo")(demo)
@@ -302,8 +303,8 @@ def test_cli_compare_runs(cli_app, tmp_path):
 
 
 def test_demo_covers_every_scenario(cli_app, tmp_path, monkeypatch):
-    import tokenfair.cli_compare as cc
-    import tokenfair.scenarios as sc
+    import tokenfair.cli.compare as cc
+    import tokenfair.workloads.scenarios as sc
 
     def tiny_scenario(name, seed=0):
         return small_workload(name, seed), CONTRACT

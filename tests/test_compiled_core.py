@@ -23,9 +23,9 @@ from tokenfair.core_build import compiled_modules, core_kind, stale_modules
 
 _FINGERPRINT = r'''
 import hashlib, json, sys
-from tokenfair.costmodel import load_profile
-from tokenfair.metrics import request_record
-from tokenfair.scenarios import build_scenario
+from tokenfair.core.costmodel import load_profile
+from tokenfair.evaluation.metrics import request_record
+from tokenfair.workloads.scenarios import build_scenario
 from tokenfair.sim.simulate import simulate_once
 from tokenfair.core_build import core_kind
 out = {"core": core_kind()}
@@ -97,8 +97,8 @@ def test_a_compiled_class_cannot_be_patched():
 
 @requires_compiled
 def test_classes_imported_natively_by_another_compiled_module_are_sealed_too():
-    """``tokenfair.loop`` imports the scheduler natively (no import hook runs for it)."""
-    code = ("import tokenfair.loop\n"
+    """``tokenfair.runtime.loop`` imports the scheduler natively (no import hook runs for it)."""
+    code = ("import tokenfair.runtime.loop\n"
             "from tokenfair.sched.scheduler import IterationScheduler\n"
             "try:\n    IterationScheduler.schedule = 1\nexcept TypeError:\n    print('sealed')\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -116,7 +116,7 @@ def test_pure_environment_imports_the_sources():
 
 
 def test_version_names_the_core():
-    proc = subprocess.run([sys.executable, "-m", "tokenfair.cli", "--version"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "tokenfair.cli.app", "--version"], capture_output=True,
                           text=True, check=True)
     assert proc.stdout.startswith(f"tokenfair {tokenfair.__version__} core={core_kind()} (")
 
@@ -124,33 +124,37 @@ def test_version_names_the_core():
 def _fake_build(tmp_path, monkeypatch, *, manifest: dict | None):
     """A package folder with one listed module, its extension and (optionally) a manifest."""
     pkg = tmp_path / "tokenfair"
-    (pkg / "sched").mkdir(parents=True)
-    source = pkg / "sched" / "fifo.py"
+    (pkg / "sched" / "baselines").mkdir(parents=True)
+    source = pkg / "sched" / "baselines" / "fifo.py"
     source.write_text("x = 1\n")
-    (pkg / "sched" / "fifo.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    (pkg / "sched" / "baselines" / "fifo.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
     if manifest is not None:
         (pkg / BUILD_MANIFEST).write_text(json.dumps(manifest))
     monkeypatch.setattr(core_build, "PACKAGE_DIR", pkg)
-    monkeypatch.setattr(core_build, "COMPILED_MODULES", ("tokenfair.sched.fifo",))
+    monkeypatch.setattr(core_build, "COMPILED_MODULES", ("tokenfair.sched.baselines.fifo",))
     return source
+
+
+def pkg_dir(source):
+    return source.parent.parent.parent
 
 
 def test_an_edited_source_makes_its_extension_stale(tmp_path, monkeypatch):
     source = _fake_build(tmp_path, monkeypatch, manifest=None)
     digest = core_build.source_digest(source)
-    (source.parent.parent / BUILD_MANIFEST).write_text(json.dumps({"sources": {"tokenfair.sched.fifo": digest}}))
-    assert core_build.compiled_modules() == ["tokenfair.sched.fifo"] and core_build.stale_modules() == []
+    (pkg_dir(source) / BUILD_MANIFEST).write_text(json.dumps({"sources": {"tokenfair.sched.baselines.fifo": digest}}))
+    assert core_build.compiled_modules() == ["tokenfair.sched.baselines.fifo"] and core_build.stale_modules() == []
     assert core_build.decide({}).kind == "mypyc"
     source.write_text("x = 2\n")                 # edited after the build: a newer mtime is not needed
-    assert core_build.stale_modules() == ["tokenfair.sched.fifo"]
+    assert core_build.stale_modules() == ["tokenfair.sched.baselines.fifo"]
     status = core_build.decide({})
-    assert status.kind == "python" and "make compile" in status.reason and status.stale == ("tokenfair.sched.fifo",)
+    assert status.kind == "python" and "make compile" in status.reason and status.stale == ("tokenfair.sched.baselines.fifo",)
 
 
 def test_a_failed_build_or_no_manifest_runs_the_sources(tmp_path, monkeypatch):
-    _fake_build(tmp_path, monkeypatch, manifest={"failed": "tokenfair.request: CompileError: gcc"})
+    _fake_build(tmp_path, monkeypatch, manifest={"failed": "tokenfair.core.request: CompileError: gcc"})
     status = core_build.decide({})
-    assert status.kind == "python" and "the compiled build failed: tokenfair.request" in status.reason
+    assert status.kind == "python" and "the compiled build failed: tokenfair.core.request" in status.reason
     (tmp_path / "tokenfair" / BUILD_MANIFEST).unlink()
     assert core_build.decide({}).kind == "python"          # extensions nobody vouches for
     assert core_build.decide({"TOKENFAIR_PURE": "1"}).reason == "TOKENFAIR_PURE=1"

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tokenfair.contract import Contract, ContractError, load_contract, parse_contract
-from tokenfair.scenarios import SCENARIOS
+from tokenfair.contracts.contract import Contract, ContractError, load_contract, parse_contract
+from tokenfair.workloads.scenarios import SCENARIOS
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "contracts"
 

@@ -8,10 +8,10 @@ from datetime import datetime, timezone
 import pytest
 from typer.testing import CliRunner
 
-from tokenfair.cli import app
-from tokenfair.contract import parse_contract
-from tokenfair.contract_diff import diff_contracts, format_diff
-from tokenfair.contract_store import ContractStore, StoreError
+from tokenfair.cli.app import app
+from tokenfair.contracts.contract import parse_contract
+from tokenfair.contracts.diff import diff_contracts, format_diff
+from tokenfair.contracts.store import ContractStore, StoreError
 
 V1 = """version: v1
 tenants:

@@ -5,8 +5,8 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tokenfair.costmodel import BUILTIN_PROFILES
-from tokenfair.exactfloat import add_repeated
+from tokenfair.core.costmodel import BUILTIN_PROFILES
+from tokenfair.core.exactfloat import add_repeated
 
 
 def test_decode_and_chunk_step_functions_equal_step_s_bit_for_bit():

@@ -1,10 +1,10 @@
 """Layer 4 of the fair policy: who is light, light prefills first, heavy decodes give way."""
 
 import tokenfair.sched.fair.batching as batching
-from tokenfair.contract import parse_contract
-from tokenfair.costmodel import Profile
-from tokenfair.loop import VirtualClock, run
-from tokenfair.request import Request, Status
+from tokenfair.contracts.contract import parse_contract
+from tokenfair.core.costmodel import Profile
+from tokenfair.runtime.loop import VirtualClock, run
+from tokenfair.core.request import Request, Status
 from tokenfair.sched.fair.policy import FairPolicy
 from tokenfair.sched.policy import DecodeHold
 from tokenfair.sched.fair.tenant import TenantState
@@ -12,7 +12,7 @@ from tokenfair.sched.fair.wfq import VirtualTimeWFQ
 from tokenfair.sched.registry import make_policy
 from tokenfair.sched.scheduler import IterationScheduler
 from tokenfair.sim.engine import SimEngine
-from tokenfair.workload import TraceRow
+from tokenfair.workloads.workload import TraceRow
 
 PROFILE = Profile(name="t", kind="linear", prefill_token_s=2e-4, prefill_batch_s=0.01, decode_base_s=0.015,
                   decode_seq_s=2e-4, kv_capacity_tokens=2_000_000, block_size=16)

@@ -7,19 +7,19 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tokenfair.contract import parse_contract
-from tokenfair.costmodel import Profile
-from tokenfair.loop import VirtualClock, run
-from tokenfair.metrics import request_record
-from tokenfair.request import Request
+from tokenfair.contracts.contract import parse_contract
+from tokenfair.core.costmodel import Profile
+from tokenfair.runtime.loop import VirtualClock, run
+from tokenfair.evaluation.metrics import request_record
+from tokenfair.core.request import Request
 from tokenfair.sched.fair.guarantee import FORCE_AFTER_S, ServiceGuarantee, grace_s
 from tokenfair.sched.fair.tenant import TenantState
 from tokenfair.sched.fair.wfq import VirtualTimeWFQ
 from tokenfair.sched.registry import make_policy
 from tokenfair.sched.scheduler import IterationScheduler
-from tokenfair.servicegaps import starvation
+from tokenfair.evaluation.servicegaps import starvation
 from tokenfair.sim.engine import RowFedEngine, SimEngine
-from tokenfair.workload import TraceRow
+from tokenfair.workloads.workload import TraceRow
 
 PROFILE = Profile(name="t", kind="linear", prefill_token_s=1e-4, prefill_batch_s=0.005, decode_base_s=0.01,
                   decode_seq_s=1e-4, kv_capacity_tokens=60_000, block_size=16)

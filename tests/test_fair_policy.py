@@ -2,15 +2,15 @@
 
 import pytest
 
-from tokenfair.contract import parse_contract
-from tokenfair.costmodel import Profile
-from tokenfair.intake import make_request
-from tokenfair.loop import VirtualClock, run
-from tokenfair.request import Status
+from tokenfair.contracts.contract import parse_contract
+from tokenfair.core.costmodel import Profile
+from tokenfair.runtime.intake import make_request
+from tokenfair.runtime.loop import VirtualClock, run
+from tokenfair.core.request import Status
 from tokenfair.sched.registry import make_policy
 from tokenfair.sched.scheduler import IterationScheduler
 from tokenfair.sim.engine import SimEngine
-from tokenfair.workload import TraceRow
+from tokenfair.workloads.workload import TraceRow
 
 PROFILE = Profile(name="t", kind="linear", prefill_token_s=2e-4, prefill_batch_s=0.01, decode_base_s=0.015,
                   decode_seq_s=2e-4, kv_capacity_tokens=40_000, block_size=16)

@@ -7,15 +7,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tokenfair.contract import parse_contract
-from tokenfair.costmodel import Profile, load_profile
-from tokenfair.metrics import request_record
-from tokenfair.scenarios import build_scenario
+from tokenfair.contracts.contract import parse_contract
+from tokenfair.core.costmodel import Profile, load_profile
+from tokenfair.evaluation.metrics import request_record
+from tokenfair.workloads.scenarios import build_scenario
 from tokenfair.sched.registry import make_policy
 from tokenfair.sched.scheduler import IterationScheduler
 from tokenfair.sim.simulate import simulate_once
-from tokenfair.traces import limit, load_workload, spread_tenants
-from tokenfair.workload import TraceRow, Workload
+from tokenfair.workloads.traces import limit, load_workload, spread_tenants
+from tokenfair.workloads.workload import TraceRow, Workload
 
 POLICIES = ["fifo", "vtc", "fair", "sjf", "priority"]
 
@@ -47,7 +47,7 @@ def test_every_policy_fast_forwards():
 
 
 def test_a_new_policy_is_not_fast_forwarded_unless_it_opts_in():
-    from tokenfair.sched.fifo import FifoPolicy
+    from tokenfair.sched.baselines.fifo import FifoPolicy
     from tokenfair.sched.policy import Policy
 
     class Mine(FifoPolicy):               # inherits fifo's opt-in

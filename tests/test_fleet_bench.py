@@ -5,8 +5,8 @@ import json
 import subprocess
 import sys
 
-from tokenfair.bench import bench_sim
-from tokenfair.bench_fleet import bench_fleet
+from tokenfair.benchmarks.bench import bench_sim
+from tokenfair.benchmarks.fleet_sim import bench_fleet
 
 
 def test_bench_fleet_small_reports_loop_and_whole_command():

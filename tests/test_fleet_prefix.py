@@ -8,19 +8,19 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tokenfair.cli import app
-from tokenfair.contract import parse_contract
-from tokenfair.costmodel import load_profile
-from tokenfair.prefix_workload import ChatSpec, generate_chat, parse_chat_spec
-from tokenfair.request import Request
+from tokenfair.cli.app import app
+from tokenfair.contracts.contract import parse_contract
+from tokenfair.core.costmodel import load_profile
+from tokenfair.workloads.prefix import ChatSpec, generate_chat, parse_chat_spec
+from tokenfair.core.request import Request
 from tokenfair.sched.interface import SchedulerOutput
 from tokenfair.sim.engine import SimEngine
 from tokenfair.sim.fleet import FleetConfig
 from tokenfair.sim.fleet_simulate import simulate_fleet
 from tokenfair.sim.prefix_cache import PrefixCache
 from tokenfair.sim.routers import make_router
-from tokenfair.traces import load_workload
-from tokenfair.workload import WorkloadError, read_trace, write_trace
+from tokenfair.workloads.traces import load_workload
+from tokenfair.workloads.workload import WorkloadError, read_trace, write_trace
 
 
 def test_cache_counts_the_leading_run_and_evicts_least_recently_used():

@@ -8,15 +8,15 @@ import pytest
 
 import tokenfair.sched.gateway_round as gateway_round
 import tokenfair.sim.fleet_gate as fleet_gate
-from tokenfair.contract import parse_contract
-from tokenfair.costmodel import load_profile
-from tokenfair.metrics import request_record
-from tokenfair.scenarios import build_scenario
+from tokenfair.contracts.contract import parse_contract
+from tokenfair.core.costmodel import load_profile
+from tokenfair.evaluation.metrics import request_record
+from tokenfair.workloads.scenarios import build_scenario
 from tokenfair.sim.fleet import FleetConfig, simulate_fleet_once
 from tokenfair.sim.fleet_metrics import fleet_records, fleet_timeline
 from tokenfair.sim.fleet_simulate import simulate_fleet
 from tokenfair.sim.simulate import simulate, simulate_once
-from tokenfair.workload import TraceRow, Workload
+from tokenfair.workloads.workload import TraceRow, Workload
 
 POLICIES = ["fifo", "sjf", "priority", "vtc", "fair"]
 

@@ -7,9 +7,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tokenfair.cli import app
-from tokenfair.gate import Row, compare_rows, lookup, regression_check
-from tokenfair.thresholds import RegressionLimit, load_thresholds, parse_thresholds
+from tokenfair.cli.app import app
+from tokenfair.contracts.gate import Row, compare_rows, lookup, regression_check
+from tokenfair.evaluation.thresholds import RegressionLimit, load_thresholds, parse_thresholds
 
 BASE = "version: a1\ntenants:\n  heavy: {weight: 1}\n  light: {weight: 1}\n"
 # modest re-weighting: the light tenant is still served at once

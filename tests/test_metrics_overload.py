@@ -2,10 +2,10 @@
 
 import numpy as np
 
-from tokenfair.goodput import finished_tokens_by, goodput, in_time, outcomes, reason_code, vs_baseline
-from tokenfair.metrics import entitled_shares
-from tokenfair.overdue import overdue_split
-from tokenfair.servicegaps import longest_gap_s, service_gaps, starvation
+from tokenfair.evaluation.goodput import finished_tokens_by, goodput, in_time, outcomes, reason_code, vs_baseline
+from tokenfair.evaluation.metrics import entitled_shares
+from tokenfair.evaluation.overdue import overdue_split
+from tokenfair.evaluation.servicegaps import longest_gap_s, service_gaps, starvation
 
 
 def rec(tenant, arrival, scheduled, finish, *, klass="c", max_wait=None, status="finished", prompt=100,

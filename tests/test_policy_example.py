@@ -5,9 +5,9 @@ it says -- the chat tenant of ``hol`` no longer waits behind the document prompt
 import importlib.util
 from pathlib import Path
 
-from tokenfair.costmodel import load_profile
-from tokenfair.metrics import request_record
-from tokenfair.scenarios import build_scenario
+from tokenfair.core.costmodel import load_profile
+from tokenfair.evaluation.metrics import request_record
+from tokenfair.workloads.scenarios import build_scenario
 from tokenfair.sched.registry import make_policy, policy_names
 from tokenfair.sim.simulate import simulate, simulate_once
 

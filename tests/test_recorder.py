@@ -2,9 +2,9 @@
 
 import pytest
 
-from tokenfair.contract import parse_contract
-from tokenfair.recorder import Recorder
-from tokenfair.request import Request
+from tokenfair.contracts.contract import parse_contract
+from tokenfair.runtime.recorder import Recorder
+from tokenfair.core.request import Request
 from tokenfair.sched.interface import SchedulerOutput
 
 

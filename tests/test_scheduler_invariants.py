@@ -5,14 +5,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tokenfair.contract import parse_contract
-from tokenfair.costmodel import Profile
-from tokenfair.loop import VirtualClock, run
-from tokenfair.request import Status
+from tokenfair.contracts.contract import parse_contract
+from tokenfair.core.costmodel import Profile
+from tokenfair.runtime.loop import VirtualClock, run
+from tokenfair.core.request import Status
 from tokenfair.sched.registry import make_policy
 from tokenfair.sched.scheduler import IterationScheduler
 from tokenfair.sim.engine import SimEngine
-from tokenfair.workload import TraceRow
+from tokenfair.workloads.workload import TraceRow
 
 POLICIES = ["fifo", "sjf", "priority", "vtc", "fair"]
 
@@ -99,9 +99,9 @@ def test_decisions_do_not_depend_on_the_true_output_length(policy):
     finishes -- the only moment the true length may show."""
     import random
 
-    from tokenfair.costmodel import load_profile
+    from tokenfair.core.costmodel import load_profile
     from tokenfair.sim.simulate import simulate_once
-    from tokenfair.workload import Workload
+    from tokenfair.workloads.workload import Workload
     rng = random.Random(7)
     shape = [(i * 0.05, rng.choice("abc"), rng.randint(50, 1500), rng.choice([None, "batch"]))
              for i in range(80)]
@@ -123,7 +123,7 @@ def test_decisions_do_not_depend_on_the_true_output_length(policy):
 
 
 def test_request_object_never_carries_the_true_length():
-    from tokenfair.request import Request
+    from tokenfair.core.request import Request
     fields = [name for name in dir(Request) if not name.startswith("__")]
     assert "num_output" in fields and "max_tokens" in fields     # sees the fields, compiled or not
     assert not any("output_tokens" in s or "true" in s for s in fields)

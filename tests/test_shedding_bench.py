@@ -4,10 +4,10 @@ import json
 import subprocess
 import sys
 
-from tokenfair.contract import parse_contract
-from tokenfair.costmodel import load_profile
-from tokenfair.shedding import bench_shedding, shedding_scores, without_shedding
-from tokenfair.workload import TraceRow, Workload
+from tokenfair.contracts.contract import parse_contract
+from tokenfair.core.costmodel import load_profile
+from tokenfair.evaluation.shedding import bench_shedding, shedding_scores, without_shedding
+from tokenfair.workloads.workload import TraceRow, Workload
 
 
 def _rec(rid, tenant, status="finished", arrival=0.0, scheduled=1.0, finish=2.0, max_wait=10.0, reason=None):

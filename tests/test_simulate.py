@@ -4,13 +4,13 @@ import sys
 
 import pytest
 
-from tokenfair.contract import parse_contract
-from tokenfair.costmodel import BUILTIN_PROFILES, Profile, load_profile
-from tokenfair.scenarios import SCENARIOS, build_scenario
+from tokenfair.contracts.contract import parse_contract
+from tokenfair.core.costmodel import BUILTIN_PROFILES, Profile, load_profile
+from tokenfair.workloads.scenarios import SCENARIOS, build_scenario
 from tokenfair.sim.isolated import isolated_latency
 from tokenfair.sim.simulate import simulate, simulate_once
-from tokenfair.traces import load_workload, slice_time
-from tokenfair.workload import TraceRow, Workload
+from tokenfair.workloads.traces import load_workload, slice_time
+from tokenfair.workloads.workload import TraceRow, Workload
 
 
 def _run_cli(*args):

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from tokenfair.soak import FaultyEngine, SoakConfig, run_soak
+from tokenfair.benchmarks.soak import FaultyEngine, SoakConfig, run_soak
 
 
 def test_small_soak_every_request_one_terminal_state():
@@ -31,8 +31,8 @@ def test_soak_is_deterministic():
 
 
 def test_a_double_end_is_caught():
-    from tokenfair.soak import _Soak
-    from tokenfair.request import Status
+    from tokenfair.benchmarks.soak import _Soak
+    from tokenfair.core.request import Status
 
     s = _Soak(SoakConfig(num_requests=3))
     s.end(0, Status.FAILED, "x: y")
@@ -43,8 +43,8 @@ def test_a_double_end_is_caught():
 
 
 def test_poisoned_request_fails_alone():
-    from tokenfair.costmodel import load_profile
-    from tokenfair.request import Request
+    from tokenfair.core.costmodel import load_profile
+    from tokenfair.core.request import Request
     from tokenfair.sched.interface import SchedulerOutput
     from tokenfair.sim.engine import SimEngine
 

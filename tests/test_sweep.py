@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tokenfair.cli import app
-from tokenfair.sweep import GridError, load_grid
+from tokenfair.cli.app import app
+from tokenfair.contracts.sweep import GridError, load_grid
 
 
 @pytest.fixture()
@@ -29,7 +29,7 @@ def setup(tmp_path):
 
 
 def test_sweep_ranks_variants_by_the_gate(setup):
-    from tokenfair.costmodel import load_profile
+    from tokenfair.core.costmodel import load_profile
     load_profile(None).cost          # a used profile caches its compiled cost object: must not reach a worker
     res = CliRunner().invoke(app, ["sweep", str(setup / "t.jsonl"), "--grid", str(setup / "grid.yaml"),
                                    "--out", str(setup / "out"), "--workers", "2"])

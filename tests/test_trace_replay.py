@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from tokenfair.contract import parse_contract
-from tokenfair.costmodel import load_profile
+from tokenfair.contracts.contract import parse_contract
+from tokenfair.core.costmodel import load_profile
 from tokenfair.sim.simulate import simulate
-from tokenfair.traces import limit, load_workload
+from tokenfair.workloads.traces import limit, load_workload
 
 pytestmark = pytest.mark.usefixtures("public_traces")
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tokenfair.contract import parse_contract
+from tokenfair.contracts.contract import parse_contract
 from tokenfair.integrations.vllm.bridge import PolicyBridge, identity
 from tokenfair.integrations.vllm.compat import VllmInterfaceError, check_vllm_version
 from tokenfair.integrations.vllm.settings import (VLLM_CPU_SMOLLM2, Settings, SettingsError, engine_budgets,

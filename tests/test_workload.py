@@ -1,6 +1,6 @@
 import pytest
 
-from tokenfair.workload import WorkloadError, read_trace
+from tokenfair.workloads.workload import WorkloadError, read_trace
 
 
 def test_csv_and_jsonl_round_trip(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from tokenfair.request import Request
+from tokenfair.core.request import Request
 from tokenfair.sched.policy import Policy
 from tokenfair.sched.registry import register
 

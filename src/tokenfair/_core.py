@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 
 COMPILED_MODULES = (
-    "tokenfair.request", "tokenfair.kv", "tokenfair.loop", "tokenfair.recorder",
-    "tokenfair.intake", "tokenfair.exactfloat", "tokenfair.stepcost",
+    "tokenfair.core.request", "tokenfair.core.kv", "tokenfair.runtime.loop", "tokenfair.runtime.recorder",
+    "tokenfair.runtime.intake", "tokenfair.core.exactfloat", "tokenfair.core.stepcost",
     "tokenfair.sched.interface", "tokenfair.sched.policy", "tokenfair.sched.predictor",
     "tokenfair.sched.state", "tokenfair.sched.apply", "tokenfair.sched.admit",
-    "tokenfair.sched.bulk", "tokenfair.sched.scheduler", "tokenfair.sched.fifo",
-    "tokenfair.sched.baselines", "tokenfair.sched.vtc",
+    "tokenfair.sched.bulk", "tokenfair.sched.scheduler", "tokenfair.sched.baselines.fifo",
+    "tokenfair.sched.baselines.classic", "tokenfair.sched.baselines.vtc",
     "tokenfair.sched.fair.state", "tokenfair.sched.fair.tenant", "tokenfair.sched.fair.ordering",
     "tokenfair.sched.fair.wfq", "tokenfair.sched.fair.admission", "tokenfair.sched.fair.preemption",
     "tokenfair.sched.fair.urgency", "tokenfair.sched.fair.accounting", "tokenfair.sched.fair.batching",

@@ -10,13 +10,13 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from tokenfair import cli_engine
-from tokenfair.contract import Contract, EngineBudgets
-from tokenfair.costmodel import Profile, load_profile
+from tokenfair.cli import engine as cli_engine
+from tokenfair.contracts.contract import Contract, EngineBudgets
+from tokenfair.core.costmodel import Profile, load_profile
 from tokenfair.engine.calibrate import COEFFS, Sample, Shape, calibrate, default_grid, fit_linear
 from tokenfair.engine.fidelity import fidelity, fidelity_table
 from tokenfair.engine.fidelity_metrics import compare, latency_percentiles, progress_shares, repeat_report
-from tokenfair.workload import TraceRow, Workload
+from tokenfair.workloads.workload import TraceRow, Workload
 
 
 def test_fit_recovers_exact_linear_coefficients():

@@ -6,17 +6,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tokenfair.contract import Contract, EngineBudgets, PreemptionSpec
+from tokenfair.contracts.contract import Contract, EngineBudgets, PreemptionSpec
 from tokenfair.engine.loader import build_model, load_hf_folder
 from tokenfair.engine.offline import generate
 from tokenfair.engine.real import GenerationPayload, make_real_setup
 from tokenfair.engine.runner import ModelRunner
 from tokenfair.engine.sampling import InvalidSamplingError, SamplingParams
-from tokenfair.loop import VirtualClock, run
-from tokenfair.request import Status
+from tokenfair.runtime.loop import VirtualClock, run
+from tokenfair.core.request import Status
 from tokenfair.sched.registry import make_policy
 from tokenfair.sched.scheduler import IterationScheduler
-from tokenfair.workload import TraceRow
+from tokenfair.workloads.workload import TraceRow
 
 PROMPTS = {f"r{i}": [3 + (7 * i + k) % 200 for k in range(6 + i)] for i in range(6)}
 NEW = 6

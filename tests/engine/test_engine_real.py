@@ -14,17 +14,17 @@ import numpy as np
 import torch
 import pytest
 
-from tokenfair.contract import Contract, EngineBudgets, PreemptionSpec
+from tokenfair.contracts.contract import Contract, EngineBudgets, PreemptionSpec
 from tokenfair.engine.loader import build_model, load_hf_folder
 from tokenfair.engine.offline import generate
 from tokenfair.engine.real import GenerationPayload, make_real_setup, prepare_workload, run_real
 from tokenfair.engine.runner import ModelRunner, SeqWork
-from tokenfair.loop import VirtualClock, run
-from tokenfair.request import Status
-from tokenfair.sched.fifo import FifoPolicy
+from tokenfair.runtime.loop import VirtualClock, run
+from tokenfair.core.request import Status
+from tokenfair.sched.baselines.fifo import FifoPolicy
 from tokenfair.sched.registry import make_policy
 from tokenfair.sched.scheduler import IterationScheduler
-from tokenfair.workload import TraceRow, Workload
+from tokenfair.workloads.workload import TraceRow, Workload
 
 TENANTS = ("acme", "globex", "initech")
 

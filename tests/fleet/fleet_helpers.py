@@ -10,7 +10,7 @@ RATE = {"tokens_per_s": 300.0, "burst_tokens": 60.0}     # tenant r, in cost uni
 
 
 def contract():
-    from tokenfair.contract import parse_contract
+    from tokenfair.contracts.contract import parse_contract
     from tokenfair.serve.auth import hash_key
     tenants = {t: {"weight": WEIGHTS[t], "api_key_sha256": [hash_key(k)]} for t, k in KEYS.items()}
     tenants["r"]["rate_limit"] = RATE

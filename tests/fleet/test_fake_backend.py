@@ -11,7 +11,7 @@ import time
 
 import httpx
 
-from tokenfair.costmodel import Profile
+from tokenfair.core.costmodel import Profile
 from tokenfair.serve.fake_backend import create_fake_backend
 from tokenfair.serve.shutdown import ServerThread
 
@@ -74,7 +74,7 @@ def test_cli_fake_backend_serves_and_rejects_bad_options(tmp_path):
     from tokenfair.fleet.redis_server import free_port
     from typer.testing import CliRunner
 
-    from tokenfair.cli import app
+    from tokenfair.cli.app import app
     bad = CliRunner().invoke(app, ["fake-backend", "--max-running", "0"])
     assert bad.exit_code == 2 and "--max-running" in bad.output
     port = free_port()

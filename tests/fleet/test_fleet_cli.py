@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from tokenfair.cli import app
+from tokenfair.cli.app import app
 
 
 @pytest.mark.parametrize("args, needle", [

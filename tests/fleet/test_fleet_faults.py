@@ -18,7 +18,7 @@ import httpx
 import redis
 from typer.testing import CliRunner
 
-from tokenfair.cli import app
+from tokenfair.cli.app import app
 
 from tokenfair.fleet.rehearsal import FleetSpec, closed_loop, start_fleet
 

@@ -51,7 +51,7 @@ def test_dashboard_is_wellformed():
 
 
 def test_every_queried_metric_exists(redis_server):
-    from tokenfair.costmodel import Profile
+    from tokenfair.core.costmodel import Profile
     from tokenfair.fleet.client import FleetClient
     from tokenfair.fleet.gateway import FleetGateway
     from tokenfair.serve.app import create_app

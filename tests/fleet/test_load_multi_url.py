@@ -6,11 +6,11 @@ import json
 
 from typer.testing import CliRunner
 
-from tokenfair.cli import app
+from tokenfair.cli.app import app
 from tokenfair.serve.fake_backend import create_fake_backend
 from tokenfair.serve.load import spread_over
 from tokenfair.serve.shutdown import ServerThread
-from tokenfair.workload import TraceRow
+from tokenfair.workloads.workload import TraceRow
 
 
 def test_spread_over_is_even_per_tenant():

@@ -56,7 +56,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 
 def service_contract():
-    from tokenfair.contract import parse_contract
+    from tokenfair.contracts.contract import parse_contract
     from tokenfair.serve.auth import hash_key
 
     classes = {

@@ -10,9 +10,9 @@ import time
 import httpx
 import pytest
 
-from tokenfair.contract import parse_contract
+from tokenfair.contracts.contract import parse_contract
 from tokenfair.serve.auth import hash_key
-from tokenfair.thresholds import parse_thresholds
+from tokenfair.evaluation.thresholds import parse_thresholds
 
 ADMIN = {"Authorization": "Bearer admin-secret"}
 KEYS = {"a": "key-a", "b": "key-b", "light": "key-light"}
@@ -180,7 +180,7 @@ def test_canary_that_holds_is_kept(stack, h):
 
 
 def test_reload_file_and_records_rotation(tmp_path):
-    from tokenfair.records import read_records, record_files, records_workload
+    from tokenfair.workloads.records import read_records, record_files, records_workload
     from tokenfair.serve.admin import configure_live
     from tokenfair.serve.auth import KeyRing
     from tokenfair.serve.gateway import Gateway
@@ -284,7 +284,7 @@ def test_serve_engine_takes_a_live_contract(tiny_model_dir, h):
 def test_cli_push_canary_wait_and_live_rollback(stack, h, tmp_path):
     from typer.testing import CliRunner
 
-    from tokenfair.cli import app
+    from tokenfair.cli.app import app
     gw, gt = stack
     r = CliRunner()
     env = {"TOKENFAIR_ADMIN_KEY": "admin-secret"}

@@ -137,7 +137,7 @@ def test_models_listed_from_the_start_and_a_401_to_the_backend_key_is_down(h, ti
 def test_gateway_timeout_options_are_checked(args, needle):
     from typer.testing import CliRunner
 
-    from tokenfair.cli import app
+    from tokenfair.cli.app import app
 
     res = CliRunner().invoke(app, ["gateway", "--backend", "http://127.0.0.1:9", "--allow-anonymous", "t", *args])
     assert res.exit_code == 2 and needle in res.output, res.output

@@ -9,7 +9,7 @@ import threading
 import httpx
 import pytest
 
-from tokenfair.workload import TraceRow
+from tokenfair.workloads.workload import TraceRow
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from tokenfair.contract import ContractError, parse_contract
+from tokenfair.contracts.contract import ContractError, parse_contract
 from tokenfair.serve.auth import KeyRing, hash_key
 
 
@@ -34,7 +34,7 @@ def test_digests_in_upper_case_are_accepted_and_counted():
 
 
 def test_keys_hash_cli():
-    from tokenfair.cli import app
+    from tokenfair.cli.app import app
 
     runner = CliRunner()
     res = runner.invoke(app, ["keys", "hash", "alice-key", "bob-key"])
@@ -48,7 +48,7 @@ def test_keys_hash_cli():
 
 
 def test_startup_prints_keys_and_tenants(capsys):
-    from tokenfair.cli_serve import _keyring
+    from tokenfair.cli.serve import _keyring
 
     c = parse_contract({"tenants": {"a": {"api_key_sha256": [hash_key("k1"), hash_key("k2")]},
                                     "b": {"api_key_sha256": [hash_key("k3")]}}})

@@ -10,7 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from tokenfair.serve.load import LoadConfig, check_keys, load_keys, run_load, synth_prompt
-from tokenfair.workload import TraceRow
+from tokenfair.workloads.workload import TraceRow
 
 
 def test_synth_prompt_deterministic():
@@ -39,7 +39,7 @@ def test_keys_file(tmp_path):
 
 
 def _cli():
-    from tokenfair.cli_serve import gateway, load, serve
+    from tokenfair.cli.serve import gateway, load, serve
     app = typer.Typer()
     app.command("load")(load)
     app.command("gateway")(gateway)

@@ -65,7 +65,7 @@ def test_graceful_shutdown_ends_every_request(tiny_model_dir, h, monkeypatch):
 
 
 def test_tenant_labels_capped():
-    from tokenfair.contract import parse_contract
+    from tokenfair.contracts.contract import parse_contract
     from tokenfair.serve.metrics import OTHER, ServiceMetrics, TenantLabels, reason_code
 
     c = parse_contract({"tenants": {"big": {"weight": 5}, "small": {"weight": 1}}})

@@ -9,10 +9,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tokenfair.cli import app
-from tokenfair.contract import parse_contract
+from tokenfair.cli.app import app
+from tokenfair.contracts.contract import parse_contract
 from tokenfair.serve.auth import hash_key
-from tokenfair.workload import TraceRow
+from tokenfair.workloads.workload import TraceRow
 
 KEYS = {"a": "key-a", "b": "key-b"}
 SLOTS = 4                   # the backend's concurrency = the gateway's window = engine.max_running

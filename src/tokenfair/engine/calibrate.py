@@ -13,7 +13,7 @@ blocks; decode batches mostly with contexts spread over [ctx/4, ctx]); a serving
 (``calibrate_serving.py``: random requests under continuous batching) is fitted with it at
 equal total weight, so the fit sees steps in the state mix of a running engine.  The swap
 bandwidth is measured by swapping a long sequence out and back in.  The result is a profile
-YAML that ``tokenfair.costmodel.load_profile`` reads, with the engine's KV geometry.
+YAML that ``tokenfair.core.costmodel.load_profile`` reads, with the engine's KV geometry.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import yaml
 
-from ..costmodel import Profile
+from ..core.costmodel import Profile
 from .real import DEFAULT_BLOCK_SIZE, DEFAULT_KV_TOKENS, default_cpu_profile, load_model, model_name, real_profile
 from .calibrate_measure import Sample, Shape, measure, measure_swap
 from .calibrate_serving import measure_serving

@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..costmodel import Profile
+from ..core.costmodel import Profile
 from .runner import ModelRunner, SeqWork
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..contract import Contract
-from ..costmodel import Profile
-from ..output import write_run
+from ..contracts.contract import Contract
+from ..core.costmodel import Profile
+from ..runtime.output import write_run
 from ..sim.simulate import simulate
 from .calibrate import COEFFS, write_profile
 from .fidelity_metrics import compare, repeat_report, step_model_error

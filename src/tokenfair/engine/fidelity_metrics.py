@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..costmodel import Profile
+from ..core.costmodel import Profile
 
 
 def _ape(real: float, sim: float) -> float:

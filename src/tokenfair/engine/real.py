@@ -1,6 +1,6 @@
 """Setting up and replaying on the real engine: model loading, the shared KV geometry
 (:func:`make_real_setup`), the default CPU profile, and :func:`run_real` (a trace replayed in
-wall-clock time through :func:`tokenfair.loop.run`).  The :class:`RealEngine` adapter itself
+wall-clock time through :func:`tokenfair.runtime.loop.run`).  The :class:`RealEngine` adapter itself
 lives in :mod:`tokenfair.engine.real_engine` and is re-exported here.
 """
 
@@ -12,7 +12,7 @@ from typing import Mapping
 
 import torch
 
-from ..costmodel import Profile
+from ..core.costmodel import Profile
 from .loader import LoadedModel, build_model, load_default_model, load_gguf, load_hf_folder
 from .real_engine import (DEFAULT_BLOCK_SIZE, DEFAULT_CPU_LINEAR, DEFAULT_KV_TOKENS,  # noqa: F401 (re-exported)
                           GenerationPayload, RealEngine)
@@ -116,7 +116,7 @@ class RealOutput:
     records: list[dict]
     summary: dict
     timeline: dict
-    run: object            # tokenfair.loop.RunResult
+    run: object            # tokenfair.runtime.loop.RunResult
     profile: Profile       # the profile the scheduler used (engine KV geometry)
     workload: object       # the replayed (limited, time-scaled) Workload
     engine: RealEngine
@@ -126,7 +126,7 @@ def prepare_workload(workload, max_requests: int | None = None, time_scale: floa
     """The first ``max_requests`` rows, arrivals multiplied by ``time_scale`` (>1 stretches)."""
     from dataclasses import replace
 
-    from ..workload import Workload
+    from ..workloads.workload import Workload
 
     if time_scale <= 0:
         raise ValueError(f"time_scale must be > 0, got {time_scale}")
@@ -151,9 +151,9 @@ def run_real(workload, policy: str, contract, model_spec: str | Path | LoadedMod
     """Replay ``workload`` on the real engine in wall-clock time; write the simulator's files.
 
     ``setup`` reuses a ``make_real_setup`` result (its engine must be idle)."""
-    from ..loop import WallClock, run
-    from ..metrics import request_record, summarize
-    from ..output import write_run
+    from ..runtime.loop import WallClock, run
+    from ..evaluation.metrics import request_record, summarize
+    from ..runtime.output import write_run
     from ..sched.registry import make_policy
     from ..sched.scheduler import IterationScheduler
 

@@ -30,7 +30,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..request import Request
+from ..core.request import Request
 from ..sched.interface import SchedulerOutput, StepResult
 from .kv_cache import CacheFullError
 from .loader import LoadedModel

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..request import Request
+from ..core.request import Request
 from .loader import LoadedModel
 from .sampling import GREEDY, SamplingParams
 

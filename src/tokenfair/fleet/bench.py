@@ -31,7 +31,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from ..contract import Contract, parse_contract
+from ..contracts.contract import Contract, parse_contract
 from ..serve.auth import KeyRing, hash_key
 from ..serve.overhead import stop_processes, wait_port
 from .redis_server import RedisServer, free_port

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, fields
 
-from ..request import Status
+from ..core.request import Status
 from ..serve.gateway import Gateway
 from ..serve.gateway_backend import GatewayJob
 from ..serve.gateway_dispatch import IDLE_POLL_S

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from ..contract import Contract
+from ..contracts.contract import Contract
 from ..serve.app import create_app
 from ..serve.auth import KeyRing
 from ..serve.fake_backend import create_fake_backend

@@ -10,7 +10,7 @@ import yaml
 
 
 def contract_with_keys(path: str, keys: dict[str, str]):
-    from ..contract import parse_contract
+    from ..contracts.contract import parse_contract
     from ..serve.auth import hash_key
 
     data = yaml.safe_load(Path(path).read_text()) or {}

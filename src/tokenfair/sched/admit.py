@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from mypy_extensions import mypyc_attr
 
-from ..request import Request, Status
+from ..core.request import Request, Status
 from .apply import ApplyMixin
 from .interface import SchedulerOutput
 from .policy import Budget

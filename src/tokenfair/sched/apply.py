@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from mypy_extensions import mypyc_attr
 
-from ..request import Request, Status, count_names
+from ..core.request import Request, Status, count_names
 from .interface import SchedulerOutput, StepResult
 from .state import SchedulerState
 

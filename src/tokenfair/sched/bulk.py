@@ -13,8 +13,8 @@ hold (``Policy.decode_hold``) is applied to them as the loop would, request by r
 
 from __future__ import annotations
 
-from ..kv import BlockPool
-from ..request import Request, Status
+from ..core.kv import BlockPool
+from ..core.request import Request, Status
 from .interface import SchedulerOutput
 from .policy import Budget, DecodeHold
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Callable, TypeVar
 
-from ..request import Request, Status
+from ..core.request import Request, Status
 from .policy import Policy
 
 BackendT = TypeVar("BackendT")

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..request import Request, Status
-from ..workload import TraceRow
+from ..core.request import Request, Status
+from ..workloads.workload import TraceRow
 
 
 # init=False: the constructors are written out, so that compiled they run as C (a generated

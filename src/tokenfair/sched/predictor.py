@@ -8,7 +8,7 @@ then the global mean, and caps every prediction by the request's ``max_tokens``.
 
 from __future__ import annotations
 
-from ..request import Request
+from ..core.request import Request
 
 
 class Predictor:

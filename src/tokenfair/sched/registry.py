@@ -8,7 +8,7 @@ from .policy import Policy
 
 
 def _fifo() -> Policy:
-    from .fifo import FifoPolicy
+    from .baselines.fifo import FifoPolicy
     return FifoPolicy()
 
 
@@ -46,7 +46,7 @@ def policy_names() -> list[str]:
 
 def _load_builtin() -> None:
     import importlib
-    for mod in ("baselines", "vtc", "fair"):
+    for mod in ("baselines.classic", "baselines.vtc", "fair"):
         try:
             importlib.import_module(f"tokenfair.sched.{mod}")
         except ModuleNotFoundError as err:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from mypy_extensions import mypyc_attr
 
-from ..contract import Contract
-from ..costmodel import Profile
-from ..kv import BlockPool
-from ..request import Request
+from ..contracts.contract import Contract
+from ..core.costmodel import Profile
+from ..core.kv import BlockPool
+from ..core.request import Request
 from .policy import Policy
 from .predictor import Predictor
 

@@ -29,8 +29,8 @@ import yaml
 from fastapi import FastAPI, Request as HTTPRequest
 from prometheus_client.core import GaugeMetricFamily
 
-from ..contract import ContractError, parse_contract
-from ..thresholds import Thresholds, load_thresholds
+from ..contracts.contract import ContractError, parse_contract
+from ..evaluation.thresholds import Thresholds, load_thresholds
 from .auth import KeyRing
 from .canary import Canary
 from .contract_live import LiveContract

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
-from ..contract import Contract
+from ..contracts.contract import Contract
 
 
 def hash_key(key: str) -> str:

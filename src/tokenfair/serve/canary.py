@@ -3,7 +3,7 @@
 ``POST /admin/contract?canary_s=300[&eval_s=10]`` applies the candidate as a normal live
 change (:mod:`tokenfair.serve.contract_live`) and then, every ``eval_s`` seconds (default
 ``min(30, canary_s / 5)``), evaluates the requests the candidate admitted so far against the
-thresholds' ``live`` gate (:func:`tokenfair.thresholds.evaluate`): per-tenant and per-class
+thresholds' ``live`` gate (:func:`tokenfair.evaluation.thresholds.evaluate`): per-tenant and per-class
 P99 TTFT and starvation, the rejection rate (429s and other refusals) and the SLO goodput
 fraction.  A request still queued past its class's ``max_wait_s`` counts as a starvation
 event at once, without waiting for it to end.  On the first breach the previous contract is
@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 
-from ..contract import Contract
-from ..measured import measured_summary
-from ..request import Status
-from ..thresholds import Check, GateSpec, evaluate
+from ..contracts.contract import Contract
+from ..evaluation.measured import measured_summary
+from ..core.request import Status
+from ..evaluation.thresholds import Check, GateSpec, evaluate
 from .contract_live import LiveContract, label_of
 
 MAX_DEFAULT_EVAL_S = 30.0

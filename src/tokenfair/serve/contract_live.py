@@ -29,10 +29,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..contract import Contract, ContractError, load_contract
+from ..contracts.contract import Contract, ContractError, load_contract
 from .auth import AuthError, KeyRing
 
-log = logging.getLogger("tokenfair.contract")
+log = logging.getLogger("tokenfair.contracts.contract")
 MAX_EVENTS = 1000
 
 

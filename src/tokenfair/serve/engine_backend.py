@@ -36,9 +36,9 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from ..contract import Contract
-from ..costmodel import Profile
-from ..request import Request, Status
+from ..contracts.contract import Contract
+from ..core.costmodel import Profile
+from ..core.request import Request, Status
 from ..sched.registry import make_policy
 from ..sched.scheduler import IterationScheduler
 from .app import GenRequest, Job, RecordSink, Service, ServiceError

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from ..request import Request, Status
+from ..core.request import Request, Status
 from .jobs import Delta, Done, GenRequest, Job, failed_event
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ..request import Request, Status
+from ..core.request import Request, Status
 from ..sched.interface import StepResult
 from .engine_job import ServeJob, deliver
 

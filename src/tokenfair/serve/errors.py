@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi.responses import JSONResponse
 
-from ..request import Request, Status
+from ..core.request import Request, Status
 from .metrics import reason_code
 from .openai_schema import error_body
 

@@ -24,7 +24,7 @@ import uuid
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from ..costmodel import Profile
+from ..core.costmodel import Profile
 from .fake_engine import DONE, BatchEngine, vllm_metrics_text
 
 

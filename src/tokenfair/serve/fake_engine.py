@@ -15,7 +15,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..costmodel import Profile
+from ..core.costmodel import Profile
 
 DONE = None        # the queue's end marker
 

@@ -57,10 +57,10 @@ from collections import Counter
 
 import httpx
 
-from ..contract import Contract
-from ..costmodel import Profile
-from ..kv import BlockPool
-from ..request import Status
+from ..contracts.contract import Contract
+from ..core.costmodel import Profile
+from ..core.kv import BlockPool
+from ..core.request import Status
 from ..sched.predictor import OnlinePredictor
 from ..sched.registry import make_policy
 from .app import GenRequest, Job, RecordSink, Service, failed_event

@@ -14,7 +14,7 @@ import json
 
 import httpx
 
-from ..request import Request, Status
+from ..core.request import Request, Status
 from .gateway_errors import BackendError, parse_backend_error
 from .gateway_health import timed_lines
 from .backend_identity import tag_body

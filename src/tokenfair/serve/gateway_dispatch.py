@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 
-from ..request import Status
+from ..core.request import Status
 from ..sched.gateway_round import admit, begin_round, next_candidate
 from .gateway_window import Backend
 

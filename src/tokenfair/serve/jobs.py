@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..request import Request
+from ..core.request import Request
 from .errors import ServiceError, http_status_of, retry_header
 from .metrics import reason_code
 from .openai_schema import ChatCompletionRequest, CompletionRequest

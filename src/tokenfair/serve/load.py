@@ -20,7 +20,7 @@ Status: 200 -> finished; 400/403/404/413/429/503 -> rejected; 504 or a deadline 
 expired; other statuses, stream errors, timeouts and connection errors -> failed; the
 reason is the server's error code and message.
 
-The timeline has :meth:`tokenfair.recorder.Recorder.to_json`'s schema: per tenant and class,
+The timeline has :meth:`tokenfair.runtime.recorder.Recorder.to_json`'s schema: per tenant and class,
 cost-weighted service per 1 s bucket (prompt cost at the first token, decode cost at each
 token's arrival), so ``metrics.summarize`` computes the same fairness metrics as for
 ``simulate``.  Output: ``requests.jsonl``, ``summary.json``, ``timeline.json``.
@@ -41,8 +41,8 @@ import httpx
 import numpy as np
 import yaml
 
-from ..contract import Contract
-from ..workload import TraceRow
+from ..contracts.contract import Contract
+from ..workloads.workload import TraceRow
 
 WORDS = ("the be to of and a in that have it for not on with he as you do at this but his by from they we say "
          "her she or an will my one all would there their what so up out if about who get which go me when "
@@ -327,8 +327,8 @@ def build_timeline(records: list[dict], stamps_of: dict[str, list[float]], contr
 def run_load(rows: Sequence[TraceRow], cfg: LoadConfig, contract: Contract, out: str | Path | None = None,
              workload_name: str = "workload") -> tuple[list[dict], dict, dict]:
     """Replay ``rows``; returns (records, summary, timeline) and writes them under ``out``."""
-    from ..metrics import summarize
-    from ..output import write_run
+    from ..evaluation.metrics import summarize
+    from ..runtime.output import write_run
 
     res = asyncio.run(replay(rows, cfg, contract))
     summary = summarize(res.records, res.timeline, contract)

@@ -147,7 +147,7 @@ def main(argv=None) -> int:
         subprocess.Popen([sys.executable, "-m", "tokenfair.serve.overhead", "--role", "backend", "--port", str(be_port),
                           "--backend-concurrency", str(args.backend_concurrency), "--ttft", str(args.ttft),
                           "--token-delay", str(args.token_delay)], env=env),
-        subprocess.Popen([sys.executable, "-c", "from tokenfair.cli_serve import gateway; import typer; "
+        subprocess.Popen([sys.executable, "-c", "from tokenfair.cli.serve import gateway; import typer; "
                           "app = typer.Typer(); app.command()(gateway); app()",
                           "--backend", f"http://127.0.0.1:{be_port}", "--contract", str(contract),
                           "--port", str(gw_port), "--log-level", "warning", "--grace-s", "1"], env=env),

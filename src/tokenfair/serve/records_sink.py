@@ -3,7 +3,7 @@
 When appending a line would take ``path`` past ``max_bytes``, ``path.<keep-1>`` becomes
 ``path.<keep>`` (the oldest, ``path.<keep>``, is dropped), ..., ``path`` becomes ``path.1``
 and a new ``path`` is opened.  A line is never split across files.
-:func:`tokenfair.records.record_files` lists the files oldest first.
+:func:`tokenfair.workloads.records.record_files` lists the files oldest first.
 """
 
 from __future__ import annotations

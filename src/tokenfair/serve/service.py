@@ -10,11 +10,11 @@ import time
 from contextlib import nullcontext
 from typing import Any
 
-from ..contract import Contract
-from ..intake import make_request
-from ..metrics import entitled_shares, request_record
-from ..request import Request, Status
-from ..workload import TraceRow
+from ..contracts.contract import Contract
+from ..runtime.intake import make_request
+from ..evaluation.metrics import entitled_shares, request_record
+from ..core.request import Request, Status
+from ..workloads.workload import TraceRow
 from .auth import KeyRing
 from .errors import ServiceError, http_status_of
 from .jobs import GenRequest, Job, RecordSink

@@ -8,11 +8,11 @@ a request finishes on the step that samples its last token, and the engine then 
 
 from __future__ import annotations
 
-from ..costmodel import Profile
-from ..request import Request
-from ..stepcost import StepCost
+from ..core.costmodel import Profile
+from ..core.request import Request
+from ..core.stepcost import StepCost
 from ..sched.interface import SchedulerOutput, StepResult
-from ..workload import TraceRow
+from ..workloads.workload import TraceRow
 
 class SimEngine:
     def __init__(self, profile: Profile) -> None:

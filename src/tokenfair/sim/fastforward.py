@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..kv import BlockPool
-from ..recorder import Recorder
-from ..request import Request, Status, count_by_tenant_and_class
+from ..core.kv import BlockPool
+from ..runtime.recorder import Recorder
+from ..core.request import Request, Status, count_by_tenant_and_class
 from ..sched.scheduler import IterationScheduler
 from .engine import RowFedEngine
 

@@ -21,13 +21,13 @@ from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..contract import Contract
-from ..costmodel import Profile
-from ..intake import make_request
-from ..recorder import Recorder
-from ..request import Request
+from ..contracts.contract import Contract
+from ..core.costmodel import Profile
+from ..runtime.intake import make_request
+from ..runtime.recorder import Recorder
+from ..core.request import Request
 from ..sched.scheduler import IterationScheduler
-from ..workload import Workload
+from ..workloads.workload import Workload
 from .fleet_gate import FleetGate
 from .prefix_cache import MOONCAKE_BLOCK_TOKENS, PrefixCache
 from .replica import Replica

@@ -30,10 +30,10 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-from ..contract import Contract
-from ..costmodel import Profile
-from ..kv import BlockPool
-from ..request import Request, Status
+from ..contracts.contract import Contract
+from ..core.costmodel import Profile
+from ..core.kv import BlockPool
+from ..core.request import Request, Status
 from ..sched.gateway_round import begin_round, release_round
 from ..sched.predictor import OnlinePredictor
 from ..sched.registry import make_policy

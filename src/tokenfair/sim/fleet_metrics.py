@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ..metrics import request_record
+from ..evaluation.metrics import request_record
 from .fleet import FleetConfig, FleetRun
 
 

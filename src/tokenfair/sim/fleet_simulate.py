@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..contract import Contract
-from ..costmodel import Profile
-from ..workload import Workload
+from ..contracts.contract import Contract
+from ..core.costmodel import Profile
+from ..workloads.workload import Workload
 from .fleet import FleetConfig, simulate_fleet_once
 from .fleet_metrics import fleet_records, fleet_summary, fleet_timeline
 from .simulate import SimOutput, run_summary

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..contract import Contract
-from ..costmodel import Profile
-from ..workload import TraceRow
+from ..contracts.contract import Contract
+from ..core.costmodel import Profile
+from ..workloads.workload import TraceRow
 
 
 def _decode_steps_s(profile: Profile, ctx: np.ndarray) -> float:

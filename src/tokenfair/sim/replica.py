@@ -17,13 +17,13 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ..contract import Contract
-from ..costmodel import Profile
-from ..recorder import Recorder
-from ..request import Request
+from ..contracts.contract import Contract
+from ..core.costmodel import Profile
+from ..runtime.recorder import Recorder
+from ..core.request import Request
 from ..sched.registry import make_policy
 from ..sched.scheduler import IterationScheduler
-from ..workload import TraceRow
+from ..workloads.workload import TraceRow
 from .engine import RowFedEngine, SimEngine
 from .fastforward import fast_forward
 from .prefix_cache import PrefixCache

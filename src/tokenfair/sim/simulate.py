@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..contract import Contract
-from ..costmodel import Profile
-from ..loop import RunResult, VirtualClock, run
-from ..metrics import group_metrics, request_record, summarize
+from ..contracts.contract import Contract
+from ..core.costmodel import Profile
+from ..runtime.loop import RunResult, VirtualClock, run
+from ..evaluation.metrics import group_metrics, request_record, summarize
 from ..sched.policy import Policy
 from ..sched.registry import make_policy
 from ..sched.scheduler import IterationScheduler
-from ..workload import Workload
+from ..workloads.workload import Workload
 from .engine import RowFedEngine, SimEngine
 from .fastforward import fast_forward
 from .isolated import isolated_e2e

@@ -31,12 +31,12 @@ import os
 import time
 from collections.abc import Callable
 
-from ...intake import make_request
-from ...kv import BlockPool
-from ...request import Request, Status
+from ...runtime.intake import make_request
+from ...core.kv import BlockPool
+from ...core.request import Request, Status
 from ...sched.predictor import OnlinePredictor
 from ...sched.registry import make_policy
-from ...workload import TraceRow
+from ...workloads.workload import TraceRow
 from .settings import Settings
 
 log = logging.getLogger("tokenfair.vllm")

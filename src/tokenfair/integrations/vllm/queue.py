@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from vllm.v1.core.sched.request_queue import RequestQueue
 
-from ...request import Request
+from ...core.request import Request
 from .bridge import PolicyBridge
 
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ...contract import Contract, ContractError, load_contract
-from ...costmodel import Profile, load_profile
+from ...contracts.contract import Contract, ContractError, load_contract
+from ...core.costmodel import Profile, load_profile
 
 CONTRACT_KEY, PROFILE_KEY, POLICY_KEY = "tokenfair_contract", "tokenfair_profile", "tokenfair_policy"
 RECORDS_KEY = "tokenfair_records"

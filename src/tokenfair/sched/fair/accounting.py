@@ -23,8 +23,8 @@ from mypy_extensions import mypyc_attr
 
 import math
 
-from ...exactfloat import add_repeated
-from ...request import Request
+from ...core.exactfloat import add_repeated
+from ...core.request import Request
 from .tenant import TenantState
 from .urgency import UrgencyMixin
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import math
 
-from ...contract import Contract
-from ...kv import BlockPool
-from ...request import Request
+from ...contracts.contract import Contract
+from ...core.kv import BlockPool
+from ...core.request import Request
 from .tenant import TenantState
 
 

@@ -18,7 +18,7 @@ from mypy_extensions import mypyc_attr
 
 from typing import Final
 
-from ...request import Request, Status
+from ...core.request import Request, Status
 from ..policy import DecodeHold
 from .accounting import AccountingMixin
 from .state import LIGHT_FRACTION

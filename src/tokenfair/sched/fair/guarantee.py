@@ -48,7 +48,7 @@ import heapq
 import math
 from typing import Callable, Final
 
-from ...request import Request
+from ...core.request import Request
 from .tenant import TenantState
 
 FORCE_AFTER_S: Final = 5.0

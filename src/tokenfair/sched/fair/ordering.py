@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 from typing import Any, Final
 
-from ...request import Request, Status
+from ...core.request import Request, Status
 
 _WAITING: Final = (Status.WAITING, Status.SWAPPED)
 NO_WAIT_BOUND_S: Final = 1e7

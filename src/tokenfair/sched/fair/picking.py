@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mypy_extensions import mypyc_attr
 
-from ...request import Request
+from ...core.request import Request
 from .ordering import best_head
 from .shares import SharesMixin
 from .tenant import TenantState

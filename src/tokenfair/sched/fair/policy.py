@@ -29,10 +29,10 @@ from mypy_extensions import mypyc_attr
 
 from typing import Final
 
-from ...contract import Contract
-from ...costmodel import Profile
-from ...kv import BlockPool
-from ...request import Request
+from ...contracts.contract import Contract
+from ...core.costmodel import Profile
+from ...core.kv import BlockPool
+from ...core.request import Request
 from ..predictor import Predictor
 from .admission import AdmissionControl
 from .ordering import Key, LazyHeap, best_head, order_key

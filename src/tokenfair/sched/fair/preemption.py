@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ...contract import Contract
-from ...costmodel import Profile
-from ...request import Request
+from ...contracts.contract import Contract
+from ...core.costmodel import Profile
+from ...core.request import Request
 
 
 class PreemptionPolicy:

@@ -22,7 +22,7 @@ from mypy_extensions import mypyc_attr
 import math
 from typing import Final
 
-from ...request import Request, Status
+from ...core.request import Request, Status
 from .batching import BatchingMixin
 from .forecast import forecast_wait_s
 from .state import LIGHT_FRACTION

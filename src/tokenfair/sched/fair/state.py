@@ -18,8 +18,8 @@ from mypy_extensions import mypyc_attr
 
 from typing import Final
 
-from ...request import Request
-from ...stepcost import StepCost
+from ...core.request import Request
+from ...core.stepcost import StepCost
 from ..policy import DecodeHold, Policy
 from .admission import AdmissionControl
 from .ordering import LazyHeap

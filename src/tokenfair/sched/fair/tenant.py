@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from ...contract import ClassSpec, TenantSpec
-from ...request import Request
+from ...contracts.contract import ClassSpec, TenantSpec
+from ...core.request import Request
 from .ordering import LazyHeap
 
 

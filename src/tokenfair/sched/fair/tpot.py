@@ -10,7 +10,7 @@ per ``tightest``.
 
 from __future__ import annotations
 
-from ...request import Request
+from ...core.request import Request
 
 
 class DecodeSLOs:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from mypy_extensions import mypyc_attr
 
-from ...request import Request
+from ...core.request import Request
 from .state import FairState
 
 

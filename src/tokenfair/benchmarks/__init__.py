@@ -1,0 +1,1 @@
+"""Benchmarks and soaks (``tokenfair bench ...``); never timed tests."""

@@ -1,0 +1,1 @@
+"""The ``tokenfair`` command line, one module per command group (:mod:`.app` builds the app)."""

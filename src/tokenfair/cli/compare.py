@@ -1,0 +1,103 @@
+"""``tokenfair compare`` and ``tokenfair demo`` (registered on the app in :mod:`tokenfair.cli.app`).
+
+User errors -- a bad contract, trace, profile, thresholds file or policy name -- exit with
+status 2 and a message (``tokenfair.cli.app.fail``).  With the default ``--policies`` list, a
+policy that is not registered is skipped with a note instead; named explicitly, it is an error.
+A policy may carry constructor options as the registry parses them: ``fifo,vtc:output_weight=3``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .common import (
+    USER_ERRORS,
+    error_message,
+    fail,
+    report_skipped,
+    resolve_contract,
+    resolve_workload,
+    shape_workload,
+)
+from ..evaluation.compare import DEFAULT_POLICIES
+
+_DEFAULT = ",".join(DEFAULT_POLICIES)
+
+
+def _policy_list(spec: str) -> list[str]:
+    from ..sched.registry import make_policy, policy_names
+    names: list[str] = []
+    for tok in (t.strip() for t in spec.split(",")):
+        if not tok:
+            continue
+        if "=" in tok and ":" not in tok and names and ":" in names[-1]:
+            names[-1] += "," + tok          # more options of the previous policy: vtc:a=1,b=2
+        else:
+            names.append(tok)
+    if not names:
+        raise ValueError("--policies is empty; give a comma-separated list such as fifo,vtc")
+    dup = sorted({p for p in names if names.count(p) > 1})
+    if dup:
+        raise ValueError(f"--policies names {', '.join(dup)} more than once")
+    known = set(policy_names())
+    unknown = [p for p in names if p.partition(":")[0] not in known]
+    if unknown and spec != _DEFAULT:
+        raise ValueError(f"unknown polic{'y' if len(unknown) == 1 else 'ies'} {', '.join(map(repr, unknown))}; "
+                         f"choose from: {', '.join(sorted(known))}")
+    for p in unknown:
+        typer.echo(f"note: policy {p!r} is not registered; skipping it", err=True)
+    names = [p for p in names if p not in unknown]
+    for p in names:
+        make_policy(p)          # options (``vtc:output_weight=3``) are checked here: ValueError
+    if not names:
+        raise ValueError("none of the policies is available")
+    return names
+
+
+def compare(workload: str = typer.Argument(..., help="built-in scenario (hol, whale, flood, burst), trace name or trace path"),
+            policies: str = typer.Option(_DEFAULT, help="comma-separated policies to compare"),
+            contract: Optional[Path] = typer.Option(None, help="contract YAML (default: the scenario's)"),
+            profile: Optional[str] = typer.Option(None, help="built-in profile name or YAML file"),
+            seed: int = typer.Option(0, help="seed for built-in scenarios and generators"),
+            out: Path = typer.Option(..., help="output folder: <out>/<policy>/..., <out>/report.html"),
+            thresholds: Optional[Path] = typer.Option(None, help="release-gate thresholds YAML (default: built-in)"),
+            skip_bad_rows: bool = typer.Option(False, help="count and skip unusable trace rows"),
+            start_s: Optional[float] = typer.Option(None, help="keep arrivals from this time (s)"),
+            end_s: Optional[float] = typer.Option(None, help="keep arrivals before this time (s)"),
+            rate_scale: Optional[float] = typer.Option(None, help="multiply the arrival rate"),
+            spread_tenants: Optional[int] = typer.Option(None, min=1, help="spread requests over N tenants"),
+            max_requests: Optional[int] = typer.Option(None, min=1, help="keep the first N requests"),
+            remap_tenants: Optional[Path] = typer.Option(None, help="YAML/JSON mapping old tenant -> new")) -> None:
+    """Run several policies on the same workload; write each run, a side-by-side table and an
+    HTML report with the release-gate verdict per policy."""
+    from ..evaluation.compare import run_compare
+    from ..evaluation.table import compare_table
+    from ..core.costmodel import load_profile
+    from ..evaluation.thresholds import load_thresholds
+    try:
+        names = _policy_list(policies)
+        wl, default_contract = resolve_workload(workload, seed, skip_bad_rows=skip_bad_rows)
+        wl = shape_workload(wl, start_s=start_s, end_s=end_s, rate_scale=rate_scale,
+                            spread_tenants=spread_tenants, max_requests=max_requests, seed=seed,
+                            remap_tenants=remap_tenants)
+        c = resolve_contract(contract, default_contract)
+        prof = load_profile(profile)
+        gate = load_thresholds(thresholds)
+    except USER_ERRORS as err:
+        fail(error_message(err))
+    report_skipped(wl)
+    summaries = run_compare(wl, c, prof, names, out, thresholds=gate,
+                            progress=lambda m: typer.echo(m, err=True))
+    typer.echo(compare_table(summaries))
+    typer.echo(f"wrote {out}/<policy>/(requests.jsonl, summary.json, timeline.json) and {out}/report.html")
+
+
+def demo(out: Path = typer.Option(Path("reports/demo"), help="output folder"),
+         seed: int = typer.Option(0, help="seed of the built-in scenarios")) -> None:
+    """Compare every available policy on the six built-in scenarios; write one HTML report."""
+    from ..evaluation.compare import run_demo
+    run_demo(out, seed, DEFAULT_POLICIES, progress=lambda m: typer.echo(m))
+    typer.echo(f"open {out}/report.html in a browser")

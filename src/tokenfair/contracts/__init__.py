@@ -1,0 +1,1 @@
+"""The service contract and its life: versions, diff, release gate, shadow replay, sweep."""

@@ -1,0 +1,1 @@
+"""What a run is judged by: metrics, goodput, starvation, thresholds, comparison, reports."""

@@ -1,0 +1,138 @@
+"""What a run records besides the per-request states: service over time, queue, KV, preemptions.
+
+Service is bucketed per ``bucket_s`` (1 s) of simulated/wall time, per tenant and per class,
+in cost-weighted tokens (the contract's prefill/decode weights), so shares and Jain's index
+can be computed over any window made of whole buckets.  Memory: O(buckets x active tenants).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Callable
+
+from ..contracts.contract import CostWeights
+from ..core.exactfloat import add_repeated
+from ..core.request import count_by_tenant_and_class
+from ..sched.interface import SchedulerOutput
+
+
+class Recorder:
+    def __init__(self, costs: CostWeights, bucket_s: float = 1.0) -> None:
+        self.costs = costs
+        self.bucket_s = bucket_s
+        self.tenant_service: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+        self.class_service: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+        self.tokens: dict[int, int] = defaultdict(int)       # bucket -> tokens processed
+        self.queue_len: dict[int, int] = {}
+        self.running: dict[int, int] = {}
+        self.kv_usage: dict[int, float] = {}
+        self.preemptions: list[tuple[float, str, str, str]] = []   # (t, request_id, tenant, mode)
+        self.num_steps = 0
+        self.busy_s = 0.0
+        # integer cost weights keep every service sum integer-valued: k equal additions are
+        # then exactly one multiplication (sums stay far below 2**53)
+        self._integral = float(costs.prefill_token).is_integer() and float(costs.decode_token).is_integer()
+        self._wp, self._wd = costs.prefill_token, costs.decode_token
+        # the open bucket's service and tokens, summed here in the order record_* adds them and
+        # written into the series when the bucket changes (time never goes back) or on to_json
+        self._open = -1
+        self._open_tenants: dict[str, float] = {}
+        self._open_classes: dict[str, float] = {}
+        self._open_tokens = 0
+
+    def _bucket(self, b: int) -> None:
+        """Make ``b`` the open bucket: O(names served in the previous one)."""
+        if b != self._open:
+            if b < self._open:
+                raise ValueError(f"recorder: time went back from bucket {self._open} to {b}")
+            self._flush()
+            self._open, self._open_tokens = b, 0
+            self._open_tenants, self._open_classes = {}, {}
+
+    def _flush(self) -> None:
+        b = self._open
+        if b < 0:
+            return
+        for name, x in self._open_tenants.items():
+            self.tenant_service[name][b] = x
+        for name, x in self._open_classes.items():
+            self.class_service[name][b] = x
+        self.tokens[b] = self._open_tokens
+
+    def record_step(self, out: SchedulerOutput, t_end: float, duration_s: float,
+                    num_waiting: int, num_running: int, kv_usage: float) -> None:
+        b = int(t_end // self.bucket_s)
+        self._bucket(b)
+        wp, wd = self._wp, self._wd
+        ts, cs = self._open_tenants, self._open_classes
+        n_tokens = 0
+        for req, n in out.prefill:
+            c = wp * n
+            ts[req.tenant] = ts.get(req.tenant, 0.0) + c
+            cs[req.klass] = cs.get(req.klass, 0.0) + c
+            n_tokens += n
+        tenants, classes = out.decode_counts or count_by_tenant_and_class(out.decode)
+        for name, cnt in tenants.items():
+            ts[name] = ts.get(name, 0.0) + wd * cnt
+        for name, cnt in classes.items():
+            cs[name] = cs.get(name, 0.0) + wd * cnt
+        n_tokens += len(out.decode)
+        self._open_tokens += n_tokens
+        for req, mode in out.preempted:
+            self.preemptions.append((t_end - duration_s, req.request_id, req.tenant, mode))
+        self.queue_len[b] = num_waiting
+        self.running[b] = num_running
+        self.kv_usage[b] = kv_usage
+        self.num_steps += 1
+        self.busy_s += duration_s
+
+    def record_run(self, tenants: dict[str, int], classes: dict[str, int], step_ends: list[float],
+                   step_durations: list[float], usage_after: Callable[[int], float],
+                   running_after: int) -> None:
+        """A fast-forwarded run of decode-only steps (no prefill, no queue, no preemption) with
+        ``tenants`` / ``classes`` decoding requests per name in every step: the buckets end up
+        bit for bit as ``record_step`` once per step would leave them.  ``usage_after(j)`` is
+        the KV usage after step j; ``running_after`` the running count after the last step
+        (the others run ``sum(tenants.values())``).  O(buckets x names + k), plus O(k) per
+        name when a service sum is not integer-valued (``add_repeated``)."""
+        wd = self._wd
+        bucket_s = self.bucket_s
+        n = sum(tenants.values())
+        last = len(step_ends) - 1
+        i = 0
+        while i <= last:
+            b = int(step_ends[i] // bucket_s)
+            j = i
+            while j < last and int(step_ends[j + 1] // bucket_s) == b:
+                j += 1
+            k = j - i + 1
+            self._bucket(b)
+            for counts, service in ((tenants, self._open_tenants), (classes, self._open_classes)):
+                for name, cnt in counts.items():
+                    if self._integral:
+                        service[name] = service.get(name, 0.0) + wd * cnt * k
+                    else:
+                        service[name] = add_repeated(service.get(name, 0.0), wd * cnt, k)
+            self._open_tokens += n * k
+            self.queue_len[b] = 0
+            self.running[b] = n if j < last else running_after
+            self.kv_usage[b] = usage_after(j)
+            i = j + 1
+        for dt in step_durations:
+            self.busy_s += dt
+        self.num_steps += len(step_ends)
+
+    def to_json(self) -> dict[str, object]:
+        self._flush()                   # the open bucket as it stands (it may still grow)
+        return {
+            "bucket_s": self.bucket_s,
+            "tenant_service": {t: dict(sorted(v.items())) for t, v in self.tenant_service.items()},
+            "class_service": {c: dict(sorted(v.items())) for c, v in self.class_service.items()},
+            "tokens": dict(sorted(self.tokens.items())),
+            "queue_len": self.queue_len,
+            "running": self.running,
+            "kv_usage": self.kv_usage,
+            "preemptions": self.preemptions,
+            "num_steps": self.num_steps,
+            "busy_s": self.busy_s,
+        }

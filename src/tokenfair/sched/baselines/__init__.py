@@ -1,0 +1,1 @@
+"""Baseline policies from today's serving systems: fifo, sjf, priority, vtc."""

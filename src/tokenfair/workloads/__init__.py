@@ -1,0 +1,1 @@
+"""Workloads: the trace format, public trace readers, transforms, generators, scenarios."""

@@ -1,0 +1,261 @@
+"""Per-source readers for the public LLM request traces (Azure 2023, Mooncake, VTC) and
+tokenfair's own CSV/JSONL, re-exported by :mod:`tokenfair.workloads.traces`; also the
+:class:`TraceWorkload` / :class:`SkippedRow` types and the shared row helpers.
+
+Bad rows: a row a reader cannot use raises :class:`WorkloadError` naming file, line and
+field (``.../x.csv:17: field 'ContextTokens': expected an integer, got 'x'``).  With
+``skip_bad_rows=True`` the row is dropped and reported in ``TraceWorkload.skipped`` as a
+:class:`SkippedRow` ``(file, line, message)``.  A prompt or output length of 0 is a bad
+row (a ``TraceRow`` needs at least one prompt token and one generated token); none of the
+public traces has one.  Header errors and empty files always raise.
+
+``num_tenants=N`` spreads requests over tenants ``t00..t{N-1}`` with a Zipf-like
+popularity (weight of tenant i is ``1/(i+1)**zipf_s``), assigned per request in arrival
+order by ``random.Random(seed)`` -- deterministic, and the tenants differ in volume.
+"""
+
+from __future__ import annotations
+
+import calendar
+import csv
+import json
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import NamedTuple
+
+from tokenfair.workloads.transforms import spread_tenants
+from tokenfair.workloads.workload import (REQUIRED, TraceRow, Workload, WorkloadError, parse_number, json_object, read_trace,
+                                row_from_mapping)
+
+
+class SkippedRow(NamedTuple):
+    file: str
+    line: int
+    message: str
+
+
+@dataclass(frozen=True)
+class TraceWorkload(Workload):
+    """A workload read from a trace; ``skipped`` lists the bad rows dropped on the way."""
+
+    skipped: tuple[SkippedRow, ...] = ()
+
+
+def _collect(skipped: list[SkippedRow] | None, path: Path, line: int, err: WorkloadError) -> None:
+    if skipped is None:
+        raise err
+    skipped.append(SkippedRow(str(path), line, str(err)))
+
+
+def finish_workload(name: str, rows: list[TraceRow], skipped: list[SkippedRow] | None, source: str,
+            rebase: bool = True) -> TraceWorkload:
+    """Sort (stable), check ids, re-base arrivals to the first request."""
+    if not rows:
+        raise WorkloadError(f"{source}: no usable requests")
+    seen: set[str] = set()
+    for r in rows:
+        if r.request_id in seen:
+            raise WorkloadError(f"{source}: request_id {r.request_id!r} appears twice; ids must be unique")
+        seen.add(r.request_id)
+    rows = sorted(rows, key=lambda r: r.arrival_s)
+    t0 = rows[0].arrival_s
+    if t0 and rebase:
+        rows = [replace(r, arrival_s=r.arrival_s - t0) for r in rows]
+    return TraceWorkload(name, tuple(rows), tuple(skipped or ()))
+
+
+def _int_field(d: dict, field: str, where: str) -> int:
+    raw = d.get(field)
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        raise WorkloadError(f"{where}: field {field!r} is missing")
+    return parse_number(raw.strip() if isinstance(raw, str) else raw, int, where, field, minimum=1)
+
+
+# --- Azure LLM inference trace 2023 -------------------------------------------------------
+
+_TS = re.compile(r"^\s*(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s*$")
+
+
+def parse_timestamp_ns(text: str, where: str = "timestamp") -> int:
+    """``2023-11-16 18:17:03.9799600`` -> integer nanoseconds (naive wall clock read as UTC).
+
+    Integer arithmetic: any number of fractional digits, exact to the nanosecond.
+    """
+    m = _TS.match(text or "")
+    if not m:
+        raise WorkloadError(f"{where}: field 'TIMESTAMP': expected 'YYYY-MM-DD HH:MM:SS[.fraction]', got {text!r}")
+    y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
+    frac = (m.group(7) or "")[:9].ljust(9, "0")
+    try:
+        secs = calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0))
+        if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and s < 61):
+            raise ValueError
+    except (ValueError, OverflowError):
+        raise WorkloadError(f"{where}: field 'TIMESTAMP': not a valid date/time, got {text!r}") from None
+    return secs * 1_000_000_000 + int(frac)
+
+
+_AZURE_COLS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+
+
+def _azure_rows(path: Path, tenant: str, skipped: list[SkippedRow] | None) -> list[tuple[int, TraceRow]]:
+    out: list[tuple[int, TraceRow]] = []
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in _AZURE_COLS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise WorkloadError(f"{path}:1: header lacks column(s) {missing}; an Azure trace has {list(_AZURE_COLS)}")
+        for i, d in enumerate(reader, start=2):
+            where = f"{path}:{i}"
+            try:
+                if None in d:
+                    raise WorkloadError(f"{where}: more fields than the header has")
+                ns = parse_timestamp_ns(d.get("TIMESTAMP") or "", where)
+                row = TraceRow(f"{tenant}-{i - 2}", 0.0, tenant,
+                               _int_field(d, "ContextTokens", where), _int_field(d, "GeneratedTokens", where))
+            except WorkloadError as err:
+                _collect(skipped, path, i, err)
+                continue
+            out.append((ns, row))
+    return out
+
+
+def read_azure(code_path: str | Path | None = None, conv_path: str | Path | None = None, *,
+               skip_bad_rows: bool = False, num_tenants: int | None = None, seed: int = 0,
+               zipf_s: float = 1.0) -> TraceWorkload:
+    """Azure LLM inference trace 2023; both files replayed together as tenants "code" and
+    "conv", or one file as one tenant (pass only one path).  ContextTokens -> prompt_tokens,
+    GeneratedTokens -> output_tokens; request ids ``<tenant>-<row index>``."""
+    sources = [(Path(p), t) for p, t in ((code_path, "code"), (conv_path, "conv")) if p is not None]
+    if not sources:
+        raise WorkloadError("read_azure: give code_path, conv_path or both")
+    wl = _read_azure(sources, skip_bad_rows)
+    return spread_tenants(wl, num_tenants, seed=seed, zipf_s=zipf_s) if num_tenants else wl
+
+
+def _read_azure(sources: list[tuple[Path, str]], skip_bad_rows: bool) -> TraceWorkload:
+    skipped: list[SkippedRow] | None = [] if skip_bad_rows else None
+    stamped: list[tuple[int, TraceRow]] = []
+    for p, tenant in sources:
+        if not p.exists():
+            raise WorkloadError(f"{p}: no such trace file")
+        stamped += _azure_rows(p, tenant, skipped)
+    if not stamped:
+        raise WorkloadError(f"{', '.join(str(p) for p, _ in sources)}: no usable requests")
+    ns0 = min(ns for ns, _ in stamped)
+    rows = [replace(r, arrival_s=(ns - ns0) / 1e9) for ns, r in stamped]
+    name = "azure" if len(sources) == 2 else f"azure-{sources[0][1]}"
+    return finish_workload(name, rows, skipped, ", ".join(str(p) for p, _ in sources))
+
+
+def _azure_tenant_for(path: Path) -> str:
+    m = re.search(r"_(code|conv)$", path.stem, re.IGNORECASE)
+    return m.group(1).lower() if m else path.stem
+
+
+# --- Mooncake ------------------------------------------------------------------------------
+
+def read_mooncake(path: str | Path, *, tenant: str = "default", skip_bad_rows: bool = False,
+                  num_tenants: int | None = None, seed: int = 0, zipf_s: float = 1.0) -> TraceWorkload:
+    """Mooncake JSONL (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``);
+    hash_ids are kept as ``TraceRow.prefix_hashes`` (512-token prefix blocks)."""
+    p = Path(path)
+    if not p.exists():
+        raise WorkloadError(f"{p}: no such trace file")
+    skipped: list[SkippedRow] | None = [] if skip_bad_rows else None
+    rows: list[TraceRow] = []
+    with p.open() as fh:
+        for i, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{p}:{i}"
+            try:
+                try:
+                    d = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise WorkloadError(f"{where}: not valid JSON ({err.msg})") from None
+                if not isinstance(d, dict):
+                    raise WorkloadError(f"{where}: each line must be a JSON object")
+                if d.get("timestamp") is None:
+                    raise WorkloadError(f"{where}: field 'timestamp' is missing")
+                ts = parse_number(d["timestamp"], float, where, "timestamp", minimum=0)
+                hashes = d.get("hash_ids") or []
+                if not isinstance(hashes, list) or any(isinstance(h, bool) or not isinstance(h, int) for h in hashes):
+                    raise WorkloadError(f"{where}: field 'hash_ids': expected a list of integers, got {hashes!r:.60}")
+                rows.append(TraceRow(f"mc-{i - 1}", ts / 1000.0, tenant, _int_field(d, "input_length", where),
+                                     _int_field(d, "output_length", where), prefix_hashes=tuple(hashes)))
+            except WorkloadError as err:
+                _collect(skipped, p, i, err)
+    wl = finish_workload(f"mooncake-{p.stem}", rows, skipped, str(p))
+    return spread_tenants(wl, num_tenants, seed=seed, zipf_s=zipf_s) if num_tenants else wl
+
+
+# --- VTC multi-client trace ---------------------------------------------------------------
+
+_VTC_COLS = ("req_id", "client", "arrival_s", "prompt_len", "output_len")
+
+
+def read_vtc(path: str | Path, *, skip_bad_rows: bool = False, num_tenants: int | None = None,
+             seed: int = 0, zipf_s: float = 1.0) -> TraceWorkload:
+    """VTC trace CSV (``req_id, client, arrival_s, prompt_len, output_len``); tenant = client."""
+    p = Path(path)
+    if not p.exists():
+        raise WorkloadError(f"{p}: no such trace file")
+    skipped: list[SkippedRow] | None = [] if skip_bad_rows else None
+    rows: list[TraceRow] = []
+    with p.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in _VTC_COLS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise WorkloadError(f"{p}:1: header lacks column(s) {missing}; a VTC trace has {list(_VTC_COLS)}")
+        for i, d in enumerate(reader, start=2):
+            where = f"{p}:{i}"
+            try:
+                if None in d:
+                    raise WorkloadError(f"{where}: more fields than the header has")
+                for f in ("req_id", "client", "arrival_s"):
+                    if not (d.get(f) or "").strip():
+                        raise WorkloadError(f"{where}: field {f!r} is missing")
+                rows.append(TraceRow(d["req_id"].strip(), parse_number(d["arrival_s"].strip(), float, where, "arrival_s", minimum=0),
+                                     d["client"].strip(), _int_field(d, "prompt_len", where),
+                                     _int_field(d, "output_len", where)))
+            except WorkloadError as err:
+                _collect(skipped, p, i, err)
+    wl = finish_workload(f"vtc-{p.stem}", rows, skipped, str(p))
+    return spread_tenants(wl, num_tenants, seed=seed, zipf_s=zipf_s) if num_tenants else wl
+
+
+# --- tokenfair's own format -----------------------------------------------------------------
+
+def read_tokenfair(path: str | Path, *, skip_bad_rows: bool = False) -> TraceWorkload:
+    """tokenfair CSV/JSONL; without skipping this is :func:`tokenfair.workloads.workload.read_trace`.
+    Arrival times are kept as written (not re-based)."""
+    p = Path(path)
+    if not skip_bad_rows:
+        wl = read_trace(p)
+        return TraceWorkload(wl.name, wl.rows)
+    skipped: list[SkippedRow] = []
+    rows: list[TraceRow] = []
+    if p.suffix.lower() == ".csv":
+        with p.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            if any(f not in (reader.fieldnames or []) for f in REQUIRED):
+                return read_tokenfair(p)  # header error: read_trace raises it
+            for i, d in enumerate(reader, start=2):
+                try:
+                    if None in d:
+                        raise WorkloadError(f"{p}:{i}: more fields than the header has")
+                    rows.append(row_from_mapping(d, f"{p}:{i}"))
+                except WorkloadError as err:
+                    _collect(skipped, p, i, err)
+    else:
+        with p.open() as fh:
+            for i, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(row_from_mapping(json_object(line, f"{p}:{i}"), f"{p}:{i}"))
+                except WorkloadError as err:
+                    _collect(skipped, p, i, err)
+    return finish_workload(p.stem, rows, skipped, str(p), rebase=False)
