@@ -151,7 +151,8 @@ def run_real(workload, policy: str, contract, model_spec: str | Path | LoadedMod
     """Replay ``workload`` on the real engine in wall-clock time; write the simulator's files.
 
     ``setup`` reuses a ``make_real_setup`` result (its engine must be idle)."""
-    from ..runtime.loop import WallClock, run
+    from ..runtime.loop import run
+    from .wall_clock import WallClock
     from ..evaluation.metrics import request_record, summarize
     from ..runtime.output import write_run
     from ..sched.registry import make_policy

@@ -96,16 +96,16 @@ def parse_timestamp_ns(text: str, where: str = "timestamp") -> int:
     return secs * 1_000_000_000 + int(frac)
 
 
-_AZURE_COLS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+AZURE_COLS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
 def _azure_rows(path: Path, tenant: str, skipped: list[SkippedRow] | None) -> list[tuple[int, TraceRow]]:
     out: list[tuple[int, TraceRow]] = []
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)
-        missing = [c for c in _AZURE_COLS if c not in (reader.fieldnames or [])]
+        missing = [c for c in AZURE_COLS if c not in (reader.fieldnames or [])]
         if missing:
-            raise WorkloadError(f"{path}:1: header lacks column(s) {missing}; an Azure trace has {list(_AZURE_COLS)}")
+            raise WorkloadError(f"{path}:1: header lacks column(s) {missing}; an Azure trace has {list(AZURE_COLS)}")
         for i, d in enumerate(reader, start=2):
             where = f"{path}:{i}"
             try:
@@ -130,11 +130,11 @@ def read_azure(code_path: str | Path | None = None, conv_path: str | Path | None
     sources = [(Path(p), t) for p, t in ((code_path, "code"), (conv_path, "conv")) if p is not None]
     if not sources:
         raise WorkloadError("read_azure: give code_path, conv_path or both")
-    wl = _read_azure(sources, skip_bad_rows)
+    wl = read_azure_sources(sources, skip_bad_rows)
     return spread_tenants(wl, num_tenants, seed=seed, zipf_s=zipf_s) if num_tenants else wl
 
 
-def _read_azure(sources: list[tuple[Path, str]], skip_bad_rows: bool) -> TraceWorkload:
+def read_azure_sources(sources: list[tuple[Path, str]], skip_bad_rows: bool) -> TraceWorkload:
     skipped: list[SkippedRow] | None = [] if skip_bad_rows else None
     stamped: list[tuple[int, TraceRow]] = []
     for p, tenant in sources:
@@ -149,7 +149,7 @@ def _read_azure(sources: list[tuple[Path, str]], skip_bad_rows: bool) -> TraceWo
     return finish_workload(name, rows, skipped, ", ".join(str(p) for p, _ in sources))
 
 
-def _azure_tenant_for(path: Path) -> str:
+def azure_tenant_for(path: Path) -> str:
     m = re.search(r"_(code|conv)$", path.stem, re.IGNORECASE)
     return m.group(1).lower() if m else path.stem
 
@@ -193,7 +193,7 @@ def read_mooncake(path: str | Path, *, tenant: str = "default", skip_bad_rows: b
 
 # --- VTC multi-client trace ---------------------------------------------------------------
 
-_VTC_COLS = ("req_id", "client", "arrival_s", "prompt_len", "output_len")
+VTC_COLS = ("req_id", "client", "arrival_s", "prompt_len", "output_len")
 
 
 def read_vtc(path: str | Path, *, skip_bad_rows: bool = False, num_tenants: int | None = None,
@@ -206,9 +206,9 @@ def read_vtc(path: str | Path, *, skip_bad_rows: bool = False, num_tenants: int 
     rows: list[TraceRow] = []
     with p.open(newline="") as fh:
         reader = csv.DictReader(fh)
-        missing = [c for c in _VTC_COLS if c not in (reader.fieldnames or [])]
+        missing = [c for c in VTC_COLS if c not in (reader.fieldnames or [])]
         if missing:
-            raise WorkloadError(f"{p}:1: header lacks column(s) {missing}; a VTC trace has {list(_VTC_COLS)}")
+            raise WorkloadError(f"{p}:1: header lacks column(s) {missing}; a VTC trace has {list(VTC_COLS)}")
         for i, d in enumerate(reader, start=2):
             where = f"{p}:{i}"
             try:

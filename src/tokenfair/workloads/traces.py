@@ -25,7 +25,7 @@ from pathlib import Path
 
 import tokenfair.workloads.readers as _readers
 from tokenfair.workloads.readers import (
-    _AZURE_COLS, _VTC_COLS, SkippedRow, TraceWorkload, _azure_tenant_for, _read_azure, read_azure, read_mooncake,
+    AZURE_COLS, VTC_COLS, SkippedRow, TraceWorkload, azure_tenant_for, read_azure, read_azure_sources, read_mooncake,
     read_tokenfair, read_vtc,
 )
 from tokenfair.workloads.transforms import limit, remap_tenants, scale_rate, slice_time, spread_tenants, tile
@@ -75,9 +75,9 @@ def _sniff(p: Path) -> str:
             keys = set()
         return "mooncake" if {"input_length", "output_length"} <= keys else "tokenfair"
     header = {h.strip() for h in next(csv.reader([first]), [])}
-    if set(_AZURE_COLS) <= header:
+    if set(AZURE_COLS) <= header:
         return "azure"
-    if set(_VTC_COLS) <= header:
+    if set(VTC_COLS) <= header:
         return "vtc"
     return "tokenfair"
 
@@ -135,7 +135,7 @@ def load_workload(spec: str, *, seed: int = 0, skip_bad_rows: bool = False, num_
                                 f"mooncake:synthetic, vtc, servegen) and no such file")
         fmt = _sniff(p)
         if fmt == "azure":
-            wl = _read_azure([(p, _azure_tenant_for(p))], skip_bad_rows)
+            wl = read_azure_sources([(p, azure_tenant_for(p))], skip_bad_rows)
         elif fmt == "mooncake":
             wl = read_mooncake(p, **common)
         elif fmt == "vtc":
