@@ -17,7 +17,9 @@ import pytest
 from tokenfair.contracts.contract import Contract, EngineBudgets, PreemptionSpec
 from tokenfair.engine.loader import build_model, load_hf_folder
 from tokenfair.engine.offline import generate
-from tokenfair.engine.real import GenerationPayload, make_real_setup, prepare_workload, run_real
+from tokenfair.engine.sequence import GenerationPayload
+from tokenfair.engine.setup import make_real_setup
+from tokenfair.engine.replay import prepare_workload, run_real
 from tokenfair.engine.buckets import decode_buckets
 from tokenfair.engine.runner import ModelRunner, SeqWork
 from tokenfair.runtime.loop import VirtualClock, run

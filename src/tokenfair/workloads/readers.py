@@ -2,23 +2,13 @@
 tokenfair's own CSV/JSONL, re-exported by :mod:`tokenfair.workloads.traces`; also the
 :class:`TraceWorkload` / :class:`SkippedRow` types and the shared row helpers.
 
-Bad rows: a row a reader cannot use raises :class:`WorkloadError` naming file, line and
-field (``.../x.csv:17: field 'ContextTokens': expected an integer, got 'x'``).  With
-``skip_bad_rows=True`` the row is dropped and reported in ``TraceWorkload.skipped`` as a
-:class:`SkippedRow` ``(file, line, message)``.  A prompt or output length of 0 is a bad
-row (a ``TraceRow`` needs at least one prompt token and one generated token); none of the
-public traces has one.  Header errors and empty files always raise.
-
-``num_tenants=N`` spreads requests over tenants ``t00..t{N-1}`` with a Zipf-like
-popularity (weight of tenant i is ``1/(i+1)**zipf_s``), assigned per request in arrival
-order by ``random.Random(seed)`` -- deterministic, and the tenants differ in volume.
+Bad rows and ``skip_bad_rows``: the rules every reader keeps are in :mod:`tokenfair.workloads.traces`.
 """
 
 from __future__ import annotations
 
 import calendar
 import csv
-import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -99,13 +89,17 @@ def parse_timestamp_ns(text: str, where: str = "timestamp") -> int:
 AZURE_COLS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
+def check_header(reader: csv.DictReader, columns: tuple[str, ...], path: Path, what: str) -> None:
+    missing = [c for c in columns if c not in (reader.fieldnames or [])]
+    if missing:
+        raise WorkloadError(f"{path}:1: header lacks column(s) {missing}; {what} has {list(columns)}")
+
+
 def _azure_rows(path: Path, tenant: str, skipped: list[SkippedRow] | None) -> list[tuple[int, TraceRow]]:
     out: list[tuple[int, TraceRow]] = []
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)
-        missing = [c for c in AZURE_COLS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise WorkloadError(f"{path}:1: header lacks column(s) {missing}; an Azure trace has {list(AZURE_COLS)}")
+        check_header(reader, AZURE_COLS, path, "an Azure trace")
         for i, d in enumerate(reader, start=2):
             where = f"{path}:{i}"
             try:
@@ -171,12 +165,7 @@ def read_mooncake(path: str | Path, *, tenant: str = "default", skip_bad_rows: b
                 continue
             where = f"{p}:{i}"
             try:
-                try:
-                    d = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise WorkloadError(f"{where}: not valid JSON ({err.msg})") from None
-                if not isinstance(d, dict):
-                    raise WorkloadError(f"{where}: each line must be a JSON object")
+                d = json_object(line, where)
                 if d.get("timestamp") is None:
                     raise WorkloadError(f"{where}: field 'timestamp' is missing")
                 ts = parse_number(d["timestamp"], float, where, "timestamp", minimum=0)
@@ -206,9 +195,7 @@ def read_vtc(path: str | Path, *, skip_bad_rows: bool = False, num_tenants: int 
     rows: list[TraceRow] = []
     with p.open(newline="") as fh:
         reader = csv.DictReader(fh)
-        missing = [c for c in VTC_COLS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise WorkloadError(f"{p}:1: header lacks column(s) {missing}; a VTC trace has {list(VTC_COLS)}")
+        check_header(reader, VTC_COLS, p, "a VTC trace")
         for i, d in enumerate(reader, start=2):
             where = f"{p}:{i}"
             try:
