@@ -213,7 +213,7 @@ def load(workload: str = typer.Argument(..., help="built-in scenario or trace pa
          timeout: float = typer.Option(600.0, help="per-request timeout in seconds"),
          max_connections: int = typer.Option(1024, help="concurrent HTTP connections")) -> None:
     """Replay a trace against an OpenAI-compatible endpoint; write the simulator's files."""
-    from ..engine.real import prepare_workload
+    from ..engine.replay import prepare_workload
     from ..runtime.output import summary_table
     from ..serve.load import LoadConfig, base_url, load_keys, run_load, check_keys
     try:

@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import USER_ERRORS, error_message, fail
+from .common import USER_ERRORS, error_message, fail, sim_inputs
 
 STORE_HELP = "contract store folder, to look up --live / --candidate / the records' version by label"
 
@@ -100,7 +100,6 @@ def sweep(traces: List[str] = typer.Argument(..., help="traces: built-in scenari
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
     from rich.table import Table
 
-    from .contracts import sim_inputs
     from ..contracts.store import resolve_contract_ref
     from ..contracts.sweep import dump_variant, load_grid, run_sweep, write_sweep
     try:

@@ -110,6 +110,7 @@ class LiveContract:
             self.events = [ContractEvent(d["event"], d["version"], float(d["time_s"]), d.get("reason", ""),
                                          d.get("detail") or {}) for d in read_live_log(log.path)[-MAX_EVENTS:]]
             log.keep_version(self.contract)
+        self.on_apply: list = []            # callables (contract, event) run after each applied change
         self.note("start", "the contract the service started with")
 
     @property
@@ -169,7 +170,10 @@ class LiveContract:
                 self.log.keep_version(new)
             except OSError as err:
                 log.error("contract store %s: version not recorded: %s", self.log.store.root, err)
-        return self.note(event, reason, previous=label_of(old))
+        ev = self.note(event, reason, previous=label_of(old))
+        for hook in self.on_apply:          # e.g. a fleet gateway publishes the change (fleet/contract_sync.py)
+            hook(new, event)
+        return ev
 
     def refuse(self, err: Exception, source: str) -> ContractEvent:
         return self.note("refused", f"{source}: {err}")
