@@ -177,25 +177,27 @@ def test_recent_shares_are_the_fleets(redis_server):
 
 
 def test_a_fleet_contract_a_gateway_cannot_take_live_is_refused_there(redis_server):
-    """A contract published to the fleet that changes the cost weights (a restart is needed)
-    is refused by every running gateway, which keeps its contract and says so."""
+    """A contract published to the fleet that does not validate (a negative weight) is refused
+    by every running gateway, which keeps its contract and says so."""
+    import json
+
     from tokenfair.fleet.sync_scripts import PUBLISH
     c = contract()
     data = c.model_dump(mode="json")
-    data["version"] = "new-costs"
-    data["costs"]["decode_token"] = 3.0
-    other = parse_contract(data)
+    data["version"] = "bad-weight"
+    next(iter(data["tenants"].values()))["weight"] = -1.0
+    tag = "bad-weight@000000000000"
     spec = FleetSpec(num_gateways=2, redis_url=redis_server.url, fleet="refuse", heartbeat_s=0.05)
     with ExitStack() as stack:
         fleet = start_fleet(spec, c, keyring(c), stack)
         r = redis.Redis.from_url(redis_server.url)
-        r.register_script(PUBLISH)(keys=[], args=["tf:refuse", label_of(other), contract_text(other), "0"])
-        assert wait_until(lambda: all(label_of(other) in gw.sync.contracts.refused for gw in fleet.gateways), 5)
+        r.register_script(PUBLISH)(keys=[], args=["tf:refuse", tag, json.dumps(data), "0"])
+        assert wait_until(lambda: all(tag in gw.sync.contracts.refused for gw in fleet.gateways), 5)
         health = [httpx.get(u + "/healthz").json()["fleet"] for u in fleet.urls]
         metrics = httpx.get(fleet.urls[0] + "/metrics").text.splitlines()
         r.close()
     assert all(gw.contract.version == "fleet-test" for gw in fleet.gateways)
-    assert all(not h["contract_matches"] and h["contract"] == label_of(other) for h in health)
-    assert all("cost weights" in h["contract_refused"][label_of(other)] for h in health)
+    assert all(not h["contract_matches"] and h["contract"] == tag for h in health)
+    assert all("weight" in h["contract_refused"][tag] for h in health)
     assert "tokenfair_fleet_contract_matches 0.0" in metrics
     assert fleet.gateways[0].live.events[-1].event == "refused"
