@@ -10,11 +10,11 @@ gateway's state (``client``, ``policy``, ``jobs``, ``running``, ``wake``, ...) a
 from __future__ import annotations
 
 import asyncio
-import json
 
 import httpx
 
 from ..core.request import Request, Status
+from .sse_read import data_chunks
 from .gateway_errors import BackendError, parse_backend_error
 from .gateway_health import timed_lines
 from .backend_identity import tag_body
@@ -99,17 +99,9 @@ class BackendClient:
                 if resp.status_code != 200:
                     await self._backend_refused(job, b, resp)
                     return
-                async for line in timed_lines(resp.aiter_lines(), cfg.first_token_timeout_s,
-                                              cfg.inter_chunk_timeout_s, lambda: req.num_output > 0):
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    try:
-                        chunk = json.loads(data)
-                    except json.JSONDecodeError:
-                        continue
+                lines = timed_lines(resp.aiter_lines(), cfg.first_token_timeout_s, cfg.inter_chunk_timeout_s,
+                                    lambda: req.num_output > 0)
+                async for chunk in data_chunks(lines):
                     usage, finish_reason = self._take_chunk(job, b, chunk, chat, usage, finish_reason)
             self._on_complete(job, b, usage, finish_reason, prompt_est)
         except (httpx.ConnectError, httpx.ConnectTimeout) as err:

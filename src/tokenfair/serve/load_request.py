@@ -14,6 +14,7 @@ import numpy as np
 
 from ..contracts.contract import Contract
 from ..workloads.workload import TraceRow
+from .sse_read import data_chunks
 
 WORDS = ("the be to of and a in that have it for not on with he as you do at this but his by from they we say "
          "her she or an will my one all would there their what so up out if about who get which go me when "
@@ -108,16 +109,7 @@ async def stream_once(client: httpx.AsyncClient, url: str, body: dict, headers: 
 
 
 async def _read_stream(resp, got: Streamed, chat: bool, now: Callable[[], float]) -> None:
-    async for line in resp.aiter_lines():
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            break
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            continue
+    async for chunk in data_chunks(resp.aiter_lines()):
         if "error" in chunk:
             err = chunk["error"] if isinstance(chunk["error"], dict) else {"message": str(chunk["error"])}
             got.stream_error = err
