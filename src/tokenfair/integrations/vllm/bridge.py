@@ -159,7 +159,7 @@ class PolicyBridge:
         now = self.clock()
         self.step_started_s = now
         pool, bs = self.pool, self.pool.block_size
-        pool.num_free = num_free_blocks
+        pool.set_num_free(num_free_blocks)
         held: dict[str, int] = {}
         for vreq in running:
             req = self.by_id.get(vreq.request_id)
