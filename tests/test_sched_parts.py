@@ -120,3 +120,15 @@ def test_applier_applies_a_step_and_ends_requests_once():
     assert applier.take_ended() == []
     applier.end(b, Status.FAILED, "test", 2.0)
     assert applier.take_ended() == [b] and b.reason == "test"
+
+
+def test_pool_mirrors_an_outside_allocator_in_place():
+    pool = BlockPool(10, 4)
+    held = pool.held                                           # the fair policy keeps this dict
+    a, b, c = _req(0, "a"), _req(1, "b"), _req(2, "a")
+    pool.mirror(3, [(a, 2), (b, 4), (c, 1)])
+    assert pool.held is held and held == {"a": 3, "b": 4} and pool.num_free == 3 and b.blocks == 4
+    pool.drop_mirrored(a)
+    assert a.blocks == 0 and held == {"a": 1, "b": 4}
+    pool.mirror(9, [(b, 1)])
+    assert held == {"b": 1} and pool.num_free == 9

@@ -7,7 +7,7 @@ is the sum of its requests' device blocks (the fair policy reads it in O(1)).  E
 change goes through a method here, query and mutation in pairs (``can_grow`` / ``grow``,
 ``needs_block`` + ``can_add_blocks`` / ``add_block`` / ``add_blocks`` for decodes, whose next
 token may cross a block boundary, ``blocks_to_decode`` / ``grow_decodes`` for k decode steps
-at once).  Single-request operations are O(1), list ones O(len).
+at once, ``mirror`` for an allocator outside).  Single-request operations are O(1), list ones O(len).
 """
 
 from __future__ import annotations
@@ -101,9 +101,22 @@ class BlockPool:
         """A swapped-out ``req`` ended without coming back: its host blocks are free."""
         self.host_used -= self.blocks_for(req.num_computed)
 
-    def set_num_free(self, num_free: int) -> None:
-        """Mirror another allocator's free count (vLLM's, in the integration)."""
+    def mirror(self, num_free: int, holders: list[tuple[Request, int]]) -> None:
+        """Take another allocator's state (vLLM's, in the integration): its free count and
+        each holder's blocks; ``held`` is rebuilt in place (the fair policy keeps it)."""
+        held: dict[str, int] = {}
+        for req, blocks in holders:
+            req.blocks = blocks
+            held[req.tenant] = held.get(req.tenant, 0) + blocks
         self.num_free = num_free
+        self.held.clear()
+        self.held.update(held)
+
+    def drop_mirrored(self, req: Request) -> None:
+        """The other allocator took ``req``'s blocks back (a preemption there): it holds none;
+        the free count comes with the next ``mirror``."""
+        self.held[req.tenant] = max(0, self.held.get(req.tenant, 0) - req.blocks)
+        req.blocks = 0
 
     def release(self, req: Request) -> int:
         freed = req.blocks
