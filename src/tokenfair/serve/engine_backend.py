@@ -212,7 +212,7 @@ class EngineBackend(EngineWorker, Service):
                 raise self.refuse(req, door[0], now, retry_after=door[1], endpoint=g.kind)
             self.sched.add_request(req, now)
             if req.status is Status.REJECTED:
-                self.sched.ended = [r for r in self.sched.ended if r is not req]
+                self.sched.forget_ended(req)
                 raise self.refuse(req, req.reason, now, endpoint=g.kind)
             self.jobs[req.request_id] = job
             self._adds.append(req)
