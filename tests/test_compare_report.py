@@ -14,7 +14,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from tokenfair.evaluation.compare import compare_results, compare_table, run_compare, run_demo, table_rows
+from tokenfair.evaluation.compare import compare_results, run_compare, run_demo
+from tokenfair.evaluation.table import compare_table, table_rows
 from tokenfair.contracts.contract import parse_contract
 from tokenfair.core.costmodel import Profile
 from tokenfair.evaluation.report import write_report

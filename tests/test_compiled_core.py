@@ -124,10 +124,10 @@ def test_version_names_the_core():
 def _fake_build(tmp_path, monkeypatch, *, manifest: dict | None):
     """A package folder with one listed module, its extension and (optionally) a manifest."""
     pkg = tmp_path / "tokenfair"
-    (pkg / "sched").mkdir(parents=True)
-    source = pkg / "sched" / "fifo.py"
+    (pkg / "sched" / "baselines").mkdir(parents=True)
+    source = pkg / "sched" / "baselines" / "fifo.py"
     source.write_text("x = 1\n")
-    (pkg / "sched" / "fifo.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    (pkg / "sched" / "baselines" / "fifo.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
     if manifest is not None:
         (pkg / BUILD_MANIFEST).write_text(json.dumps(manifest))
     monkeypatch.setattr(core_build, "PACKAGE_DIR", pkg)
@@ -135,10 +135,14 @@ def _fake_build(tmp_path, monkeypatch, *, manifest: dict | None):
     return source
 
 
+def pkg_dir(source):
+    return source.parent.parent.parent
+
+
 def test_an_edited_source_makes_its_extension_stale(tmp_path, monkeypatch):
     source = _fake_build(tmp_path, monkeypatch, manifest=None)
     digest = core_build.source_digest(source)
-    (source.parent.parent / BUILD_MANIFEST).write_text(json.dumps({"sources": {"tokenfair.sched.baselines.fifo": digest}}))
+    (pkg_dir(source) / BUILD_MANIFEST).write_text(json.dumps({"sources": {"tokenfair.sched.baselines.fifo": digest}}))
     assert core_build.compiled_modules() == ["tokenfair.sched.baselines.fifo"] and core_build.stale_modules() == []
     assert core_build.decide({}).kind == "mypyc"
     source.write_text("x = 2\n")                 # edited after the build: a newer mtime is not needed

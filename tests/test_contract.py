@@ -75,3 +75,18 @@ def test_cli_validate_and_schema(tmp_path):
     assert "tenants.acme.weight: must be > 0" in res.stderr
     schema = json.loads(_cli("contract", "schema").stdout)
     assert "tenants" in schema["properties"]
+
+
+def test_removed_tenants_setting_and_stable_hashes():
+    from tokenfair.contracts.contract import ContractError, parse_contract
+    plain = parse_contract({"version": "x"})
+    reject = parse_contract({"version": "x", "removed_tenants": "reject"})
+    keep = parse_contract({"version": "x", "removed_tenants": "default_template"})
+    assert plain.content_hash == reject.content_hash != keep.content_hash   # the default leaves hashes as they were
+    import hashlib
+    import json
+    d = plain.model_dump(mode="json")
+    del d["removed_tenants"]
+    assert plain.content_hash == hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+    with pytest.raises(ContractError, match="removed_tenants"):
+        parse_contract({"removed_tenants": "drop"})

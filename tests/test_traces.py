@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from tokenfair.workloads import servegen, traces
-from tokenfair.workloads.servegen import generate_servegen, parse_pmf
+from tokenfair.workloads.servegen import generate_servegen
+from tokenfair.workloads.servegen_files import parse_pmf
 from tokenfair.workloads.traces import (
     SkippedRow, TraceWorkload, find_traces_dir, limit, load_workload, parse_timestamp_ns, read_azure,
     read_mooncake, read_vtc, remap_tenants, scale_rate, slice_time, spread_tenants, tile,

@@ -293,7 +293,7 @@ def test_cli_run_and_bench_on_tiny_model(app, tiny_llama, tmp_path):
 # ------------------------------------------------------------------ SmolLM2 (slow)
 @pytest.mark.slow
 def test_smollm2_real_run_short(tmp_path):
-    from tokenfair.engine.real import run_real
+    from tokenfair.engine.replay import run_real
     pytest.importorskip("gguf")
     try:
         from tokenfair.engine.loader import default_gguf_path

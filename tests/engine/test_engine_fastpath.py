@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tokenfair.engine import runner as runner_module
+from tokenfair.engine import stages as runner_module  # where the stage constants live
+from tokenfair.engine.buckets import prefill_buckets
 from tokenfair.engine.loader import build_model, load_hf_folder
 from tokenfair.engine.model import PackedLinear, mkl_packed_linear_works
 from tokenfair.engine.offline import OfflineGenerator
@@ -105,13 +106,13 @@ def _lockstep(loaded, prompts, monkeypatch):
                 d.resume_swap(swapped)
         if not drivers[0].has_work():
             break
-        before = dict(drivers[0].runner._stages)
+        before = dict(drivers[0].runner.stages.live)
         for d in drivers:
             d.step()
-        after = drivers[0].runner._stages
+        after = drivers[0].runner.stages.live
         appended += sum(st is before.get(ids) for ids, st in after.items())
         regrown += sum(ids in before and st is not before[ids] for ids, st in after.items())
-        assert not drivers[1].runner._stages
+        assert not drivers[1].runner.stages.live
     return drivers, appended, regrown
 
 
@@ -141,35 +142,35 @@ def test_stage_starts_on_a_steady_group_and_is_dropped_when_a_member_leaves(load
 
     for _ in range(runner_module.STAGE_AFTER - 1):
         decode(ids)
-        assert not runner._stages  # a group that just formed gathers its blocks; no stage yet
+        assert not runner.stages.live  # a group that just formed gathers its blocks; no stage yet
     decode(ids)
-    (first,) = runner._stages.values()  # the same group STAGE_AFTER steps running: staged
+    (first,) = runner.stages.live.values()  # the same group STAGE_AFTER steps running: staged
     decode(ids)
-    assert list(runner._stages.values()) == [first]  # and appended to in place
+    assert list(runner.stages.live.values()) == [first]  # and appended to in place
     decode(ids[::-1])  # the runner orders decodes by context: the caller's order does not matter
-    assert list(runner._stages.values()) == [first]
+    assert list(runner.stages.live.values()) == [first]
     first_buffers = {id(t) for t in first._flat}
     for _ in range(runner_module.STAGE_AFTER - 1):  # a member sits out: another group, staged later
         decode(ids[:2])
-        assert not runner._stages
-        assert {id(t) for t in runner._spares.spare} == first_buffers  # kept for reuse
+        assert not runner.stages.live
+        assert {id(t) for t in runner.stages.spares.spare} == first_buffers  # kept for reuse
     decode(ids[:2])
-    (second,) = runner._stages.values()
-    assert {id(t) for t in second._flat} == first_buffers and not runner._spares.spare  # reused, not new
+    (second,) = runner.stages.live.values()
+    assert {id(t) for t in second._flat} == first_buffers and not runner.stages.spares.spare  # reused, not new
     runner.recompute("s2")
-    assert not runner._stages  # a member's KV was dropped: its stage goes too
+    assert not runner.stages.live  # a member's KV was dropped: its stage goes too
     pos["s2"] = 0
     runner.step([SeqWork("s2", prompts["s2"] + [0] * 3, 0, False)])
     pos["s2"] = len(prompts["s2"]) + 3
     decode(ids)
-    assert all(st.lens.tolist() == [pos[s] for s in st.seq_ids] for st in runner._stages.values())
+    assert all(st.lens.tolist() == [pos[s] for s in st.seq_ids] for st in runner.stages.live.values())
 
 
 def test_prefill_rows_are_bucketed_so_padding_stays_small():
     # decodes (q == 1) are not prefill rows; the last row is a chunk over cached context
     q = torch.tensor([1, 514, 713, 105, 6, 1, 300, 300, 20])
     k = torch.tensor([40, 514, 713, 105, 6, 90, 300, 300, 60])
-    buckets = ModelRunner._prefill_buckets(q, k, q == 1)
+    buckets = prefill_buckets(q, k, q == 1)
     assert sorted(i for b in buckets for i in b.tolist()) == [1, 2, 3, 4, 6, 7, 8]  # each exactly once
     groups = {frozenset(b.tolist()) for b in buckets}
     assert {frozenset({1}), frozenset({2}), frozenset({3}), frozenset({6, 7}), frozenset({4, 8})} == groups

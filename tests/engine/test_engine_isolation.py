@@ -9,7 +9,8 @@ import torch
 from tokenfair.contracts.contract import Contract, EngineBudgets, PreemptionSpec
 from tokenfair.engine.loader import build_model, load_hf_folder
 from tokenfair.engine.offline import generate
-from tokenfair.engine.real import GenerationPayload, make_real_setup
+from tokenfair.engine.sequence import GenerationPayload
+from tokenfair.engine.setup import make_real_setup
 from tokenfair.engine.runner import ModelRunner
 from tokenfair.engine.sampling import InvalidSamplingError, SamplingParams
 from tokenfair.runtime.loop import VirtualClock, run

@@ -17,7 +17,10 @@ import pytest
 from tokenfair.contracts.contract import Contract, EngineBudgets, PreemptionSpec
 from tokenfair.engine.loader import build_model, load_hf_folder
 from tokenfair.engine.offline import generate
-from tokenfair.engine.real import GenerationPayload, make_real_setup, prepare_workload, run_real
+from tokenfair.engine.sequence import GenerationPayload
+from tokenfair.engine.setup import make_real_setup
+from tokenfair.engine.replay import prepare_workload, run_real
+from tokenfair.engine.buckets import decode_buckets
 from tokenfair.engine.runner import ModelRunner, SeqWork
 from tokenfair.runtime.loop import VirtualClock, run
 from tokenfair.core.request import Status
@@ -286,7 +289,7 @@ def test_runner_reorders_internally_but_answers_in_caller_order(loaded):
     fresh = rng.integers(3, 250, size=9).tolist()
     batch = [SeqWork("new", fresh, 0, True)] + [SeqWork(s, [7], len(p), True) for s, p in prompts.items()]
     out = batched.step(batch)
-    assert len(batched._decode_buckets(torch.tensor([4, 8, 74, 75]), torch.tensor([True] * 4))) == 2
+    assert len(decode_buckets(torch.tensor([4, 8, 74, 75]), torch.tensor([True] * 4), batched.cache.block_size)) == 2
     for row, work in enumerate(batch):
         alone = ModelRunner(build_model(loaded), num_blocks=64, block_size=4, keep_logits=True)
         if work.seq_id != "new":

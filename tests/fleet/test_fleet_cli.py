@@ -19,6 +19,8 @@ from tokenfair.cli.app import app
     (["fleet", "status", "--redis", "http://127.0.0.1:9"], "--redis"),
     (["fleet", "status", "--redis", "redis://127.0.0.1:9/0"], "ConnectionError"),
     (["bench", "fleet", "--gateways", "0"], "--gateways"),
+    (["bench", "fleet-latency", "--transport", "udp"], "--transport"),
+    (["bench", "fleet-latency", "--duration", "1"], "--duration"),
 ])
 def test_bad_fleet_options_exit_2(args, needle):
     r = CliRunner().invoke(app, args)

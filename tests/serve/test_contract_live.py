@@ -38,7 +38,7 @@ def key(t: str) -> dict:
 
 
 @pytest.fixture()
-def stack():
+def stack(tmp_path):
     from tokenfair.serve.admin import configure_live
     from tokenfair.serve.app import create_app
     from tokenfair.serve.auth import KeyRing
@@ -50,14 +50,14 @@ def stack():
     c = parse_contract(contract("v1"))
     gw = Gateway(c, KeyRing(c), [fb.url], window=WindowConfig(initial=2, min=1, max=2))
     th = parse_thresholds({"scenarios": {"live": {"max_rejection_rate": 0.1}}})
-    configure_live(gw, admin_key_sha256=hash_key("admin-secret"), thresholds=th)
+    configure_live(gw, admin_key_sha256=hash_key("admin-secret"), thresholds=th, store=tmp_path / "store")
     gt = ServerThread(create_app(gw), gw).start()
     yield gw, gt
     gt.stop()
     fb.stop()
 
 
-def _fire(url: str, tenant: str, n: int, out: list, max_tokens: int = 8) -> list[threading.Thread]:
+def fire(url: str, tenant: str, n: int, out: list, max_tokens: int = 8) -> list[threading.Thread]:
     def one(i: int) -> None:
         r = httpx.post(url + "/v1/completions", json={"prompt": f"hello {i}", "max_tokens": max_tokens},
                        headers=key(tenant), timeout=30)
@@ -72,14 +72,14 @@ def test_reload_under_load_loses_and_aborts_nothing(stack, h):
     gw, gt = stack
     v1 = gw.contract.content_hash
     done: list[httpx.Response] = []
-    threads = _fire(gt.url, "a", 12, done) + _fire(gt.url, "b", 12, done)
+    threads = fire(gt.url, "a", 12, done) + fire(gt.url, "b", 12, done)
     assert h.wait_until(lambda: gw.policy.num_waiting() >= 4, 10)      # a queue has formed
     r = httpx.post(gt.url + "/admin/contract", content=yaml_body(contract("v2", a={"weight": 3.0})), headers=ADMIN)
     assert r.status_code == 200, r.text
     assert r.json()["version"] == "v2" and r.headers["x-tokenfair-contract"].startswith("v2@")
     assert gw.policy.tenants["a"].weight == 3.0          # the queued tenant took its new weight
     late: list[httpx.Response] = []
-    threads += _fire(gt.url, "a", 4, late)
+    threads += fire(gt.url, "a", 4, late)
     for t in threads:
         t.join(30)
     assert all(x.status_code == 200 for x in done + late), [x.text for x in done + late if x.status_code != 200]
@@ -106,12 +106,11 @@ def test_bad_contract_is_refused_and_the_old_one_keeps_serving(stack):
     assert before in r.json()["error"]["message"] and r.headers["x-tokenfair-contract"] == before
     r = httpx.post(gt.url + "/admin/contract", content="{not yaml", headers=ADMIN)
     assert r.status_code == 400
-    # a live-incompatible change is refused the same way
+    # a key listed for two tenants is refused the same way
     bad = contract("v9")
-    bad["classes"] = {"interactive": {"min_share": 0.3}}
-    bad["default_class"] = "interactive"
+    bad["tenants"]["b"]["api_key_sha256"] = [hash_key(KEYS["a"])]
     r = httpx.post(gt.url + "/admin/contract", content=yaml_body(bad), headers=ADMIN)
-    assert r.status_code == 400 and "restart" in r.json()["error"]["message"]
+    assert r.status_code == 400 and before in r.json()["error"]["message"]
     # tenant keys never open the admin endpoints
     assert httpx.post(gt.url + "/admin/contract", content=yaml_body(contract("v3")), headers=key("a")).status_code == 401
     assert httpx.get(gt.url + "/admin/contract").status_code == 401
@@ -135,6 +134,16 @@ def test_rollback_and_removed_tenants(stack):
     v3["default_tenant"] = {"weight": 0.5, "api_key_sha256": [hash_key(KEYS["light"])]}
     r = httpx.post(gt.url + "/admin/contract", content=yaml_body(v3), headers=ADMIN)
     assert r.status_code == 400 and "default_tenant" in r.json()["error"]["message"]
+    # removed_tenants: default_template -- the removed tenant's key goes on, under the default template
+    v4 = contract("v4", light=None)
+    v4["removed_tenants"] = "default_template"
+    v4["default_tenant"] = {"weight": 0.5}
+    assert httpx.post(gt.url + "/admin/contract", content=yaml_body(v4), headers=ADMIN).status_code == 200
+    r = httpx.post(gt.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, headers=key("light"), timeout=10)
+    assert r.status_code == 200 and r.headers["x-tokenfair-tenant"] == "light"
+    assert gw.policy.tenants["light"].weight == 0.5 and "light" not in gw.contract.tenants
+    r = httpx.post(gt.url + "/admin/contract/rollback", headers=ADMIN)
+    assert r.status_code == 200 and r.json()["version"] == "v2"
     r = httpx.post(gt.url + "/admin/contract/rollback", headers=ADMIN)
     assert r.status_code == 200 and r.json()["version"] == "v1"
     r = httpx.post(gt.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, headers=key("light"), timeout=10)
@@ -150,7 +159,7 @@ def test_canary_breach_rolls_back_within_one_evaluation_period(stack, h):
     r = httpx.post(gt.url + f"/admin/contract?canary_s=60&eval_s={eval_s}", content=yaml_body(cand), headers=ADMIN)
     assert r.status_code == 200 and r.json()["canary"]["state"] == "watching"
     out: list[httpx.Response] = []
-    threads = _fire(gt.url, "a", 8, out, max_tokens=20)
+    threads = fire(gt.url, "a", 8, out, max_tokens=20)
     assert h.wait_until(lambda: any(x.status_code == 429 for x in out), 10)     # the breach happens
     rejected_at = time.monotonic()
     assert h.wait_until(lambda: gw.contract.version == "v1", 3 * eval_s)
@@ -162,6 +171,11 @@ def test_canary_breach_rolls_back_within_one_evaluation_period(stack, h):
     last = state["events"][-1]
     assert last["event"] == "rollback" and "canary breach" in last["reason"] and "rejection_rate" in last["reason"]
     assert state["canary"] is None
+    # the canary and its rollback, with the reason, are in the store's live log (survive a restart)
+    from tokenfair.serve.contract_events import read_live_log
+    logged = read_live_log(gw.live.log.path)
+    assert [d["event"] for d in logged][-2:] == ["canary", "rollback"] and logged[-1]["reason"] == last["reason"]
+    assert logged[-2]["version"].startswith("v2-canary@") and logged[-1]["mode"] == "gateway"
 
 
 def test_canary_that_holds_is_kept(stack, h):
@@ -170,7 +184,7 @@ def test_canary_that_holds_is_kept(stack, h):
                    headers=ADMIN)
     assert r.status_code == 200
     out: list[httpx.Response] = []
-    for t in _fire(gt.url, "b", 3, out):
+    for t in fire(gt.url, "b", 3, out):
         t.join(30)
     assert all(x.status_code == 200 for x in out)
     assert h.wait_until(lambda: gw.live.events[-1].event == "canary_passed", 5)
@@ -299,7 +313,7 @@ def test_cli_push_canary_wait_and_live_rollback(stack, h, tmp_path):
 
     def burst() -> None:
         if h.wait_until(lambda: gw.live.canary is not None, 10):
-            for t in _fire(gt.url, "a", 8, out, max_tokens=20):
+            for t in fire(gt.url, "a", 8, out, max_tokens=20):
                 t.join(30)
     th = threading.Thread(target=burst)
     th.start()
@@ -312,3 +326,4 @@ def test_cli_push_canary_wait_and_live_rollback(stack, h, tmp_path):
     assert res.exit_code == 0 and "in force: v1@" in res.output
     res = r.invoke(app, ["contract", "live", "--url", gt.url], env={"TOKENFAIR_ADMIN_KEY": "wrong"})
     assert res.exit_code == 2 and "HTTP 401" in res.output
+

@@ -158,7 +158,8 @@ def test_gateway_queue_full_deadline_and_disconnects(h):
             assert busy.status == 200 and queued.status == 200
             # a running request whose client leaves is cancelled at the backend too
             with httpx.stream("POST", url, headers=h.auth("a"), timeout=10,
-                              json={"prompt": "p", "max_tokens": 200, "stream": True}) as resp:
+                              json={"prompt": "p", "max_tokens": 2000, "stream": True}) as resp:
+                # 2,000 tokens take the backend 40 s: still running however slowly this client reads
                 got = 0
                 for line in resp.iter_lines():
                     got += line.startswith("data: ")

@@ -9,7 +9,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from tokenfair.serve.load import LoadConfig, check_keys, load_keys, run_load, synth_prompt
+from tokenfair.serve.load import LoadConfig, check_keys, load_keys, run_load
+from tokenfair.serve.load_request import synth_prompt
 from tokenfair.workloads.workload import TraceRow
 
 

@@ -79,7 +79,7 @@ def test_401_counter_and_metrics_key(serve_stack, h, monkeypatch):
 
 
 def test_load_reason_names_the_code_once():
-    from tokenfair.serve.load import reason_of
+    from tokenfair.serve.load_request import reason_of
 
     assert reason_of("overloaded", "overloaded: tenant 'a' would wait ~3s") == "overloaded: tenant 'a' would wait ~3s"
     assert reason_of("shutdown", "request failed: shutdown: the server is stopping") == \

@@ -70,6 +70,9 @@ def test_shadow_reproduces_live_p99_ttft_within_15_percent(recorded):
     doc = json.loads((d / "out" / "shadow.json").read_text())
     assert doc["live"].startswith("live-1@") and doc["candidate"].startswith("cand-1@")
     assert doc["profile"]["name"] == "fitted-from-records"
+    assert doc["calibration"]["rounds"] >= 1 and "calibrated by" in res.output
+    assert abs(doc["calibration"]["tpot_error"]) < 0.2       # the last replay was already close
+    assert "sim error" in res.output                         # the error sits next to each delta
     assert doc["profile"]["decode_seq_s"] * SLOTS < TOKEN_DELAY_S      # the backend's batch does not slow it
     p99 = {e["tenant"]: e for e in doc["simulator_error"] if e["figure"] == "ttft_p99_s"}
     assert set(p99) == {"a", "b"}

@@ -6,7 +6,7 @@ requests queued over ``tenants`` tenants, slots full -- then the median wall tim
 ``bench_sim``: one simulation per policy, each in a fresh process (so peak RSS is its own),
 reporting the loop's wall seconds and simulated requests per second, the whole command's
 (reading, run, isolated baselines, metrics, files), and peak RSS; ``min_requests`` tiles
-the trace in time first (the 1,000,000-request run).  ``bench_fleet`` (``bench_fleet.py``):
+the trace in time first (the 1,000,000-request run).  ``bench_fleet`` (:mod:`.fleet_sim`):
 the same for a fleet run.
 """
 
@@ -75,7 +75,7 @@ def bench_scheduler(policy: str, running: int = 256, waiting: int = 10_000, tena
             "core": core_kind()}
 
 
-def _sim_child(spec: dict) -> dict:
+def sim_child(spec: dict) -> dict:
     """The loop alone (``simulate_once``), then -- unless ``whole`` is false -- the whole
     command as ``tokenfair simulate`` runs it: reading the trace, the run, isolated baselines,
     metrics and the three files (into a temporary folder)."""
@@ -136,17 +136,8 @@ def bench_sim(workload: str, policy: str, *, tenants: int | None = 20, seed: int
 
 def run_child(spec: dict) -> dict:
     """Run one benchmark ``spec`` in a fresh process (its peak RSS is its own)."""
-    proc = subprocess.run([sys.executable, "-m", "tokenfair.benchmarks.bench", json.dumps(spec)],
+    proc = subprocess.run([sys.executable, "-m", "tokenfair.benchmarks.child", json.dumps(spec)],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"simulation benchmark failed: {proc.stderr.strip()[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-if __name__ == "__main__":
-    _spec = json.loads(sys.argv[1])
-    if _spec.get("kind") == "fleet":
-        from .fleet_sim import fleet_child
-        print(json.dumps(fleet_child(_spec)))
-    else:
-        print(json.dumps(_sim_child(_spec)))

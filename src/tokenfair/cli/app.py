@@ -200,10 +200,11 @@ def _register_optional() -> None:
     bench_app.command("engine")(bench_engine)
     from .contracts import register as register_contracts
     register_contracts(app, contract_app)
-    from .fleet import bench_fleet, fake_backend, fleet_app
+    from .fleet import bench_fleet, bench_fleet_latency, fake_backend, fleet_app
     app.add_typer(fleet_app, name="fleet")
     app.command("fake-backend")(fake_backend)
     bench_app.command("fleet")(bench_fleet)
+    bench_app.command("fleet-latency")(bench_fleet_latency)
     from .vllm import bench_vllm
     bench_app.command("vllm")(bench_vllm)
     from .shedding import bench_shedding_cmd

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -91,3 +91,23 @@ def error_message(err: Exception) -> str:
     return err.args[0] if isinstance(err, KeyError) and err.args else str(err)
 
 
+def load_traces(traces: List[str], seed: int, max_requests: Optional[int]):
+    """Each trace spec as a workload; a serve/gateway records file is read as the trace it is."""
+    from ..workloads.records import is_records_file, records_workload
+    out = []
+    for t in traces:
+        wl = records_workload(t) if is_records_file(t) else resolve_workload(t, seed)[0]
+        out.append(shape_workload(wl, max_requests=max_requests, seed=seed))
+    return out
+
+
+def sim_inputs(profile: Optional[str], thresholds: Optional[Path], policy: str, traces: List[str], seed: int,
+               max_requests: Optional[int]):
+    """(profile, thresholds, workloads) for a simulated comparison; user errors raise."""
+    from ..core.costmodel import load_profile
+    from ..sched.registry import make_policy
+    from ..evaluation.thresholds import load_thresholds
+    prof = load_profile(profile)
+    th = load_thresholds(thresholds)
+    make_policy(policy)
+    return prof, th, load_traces(traces, seed, max_requests)

@@ -73,7 +73,8 @@ def compare(workload: str = typer.Argument(..., help="built-in scenario (hol, wh
             remap_tenants: Optional[Path] = typer.Option(None, help="YAML/JSON mapping old tenant -> new")) -> None:
     """Run several policies on the same workload; write each run, a side-by-side table and an
     HTML report with the release-gate verdict per policy."""
-    from ..evaluation.compare import compare_table, run_compare
+    from ..evaluation.compare import run_compare
+    from ..evaluation.table import compare_table
     from ..core.costmodel import load_profile
     from ..evaluation.thresholds import load_thresholds
     try:

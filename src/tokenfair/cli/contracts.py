@@ -13,7 +13,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import USER_ERRORS, error_message, fail, resolve_workload
+from .common import USER_ERRORS, error_message, fail, sim_inputs
 
 STORE_HELP = "contract store folder (plain files; keep it in git)"
 
@@ -47,7 +47,8 @@ def contract_apply(path: Path = typer.Argument(..., help="contract YAML with a v
 
 
 def contract_history(store: Path = typer.Option(..., help=STORE_HELP)) -> None:
-    """Every change of the store, oldest first; '*' marks the current version."""
+    """Every change of the store, oldest first; '*' marks the current version.  Then the live
+    changes services logged here (apply, reload, canary, canary_passed, rollback, refused)."""
     from ..contracts.store import ContractStore
     try:
         s = ContractStore(store)
@@ -55,10 +56,16 @@ def contract_history(store: Path = typer.Option(..., help=STORE_HELP)) -> None:
     except USER_ERRORS as err:
         fail(error_message(err))
     if not hist:
-        typer.echo(f"{store}: no changes recorded")
+        typer.echo(f"{store}: no store changes recorded")
     for i, e in enumerate(hist):
         mark = "*" if i == len(hist) - 1 and e.version == cur else " "
         typer.echo(f"{mark} {e.time}  {e.event:<8} {e.version}@{e.hash}  {e.message}")
+    from ..serve.contract_events import LIVE_LOG, read_live_log
+    live = read_live_log(Path(store) / LIVE_LOG)
+    if live:
+        typer.echo(f"live changes (serve/gateway --contract-store {store}), oldest first:")
+    for d in live:
+        typer.echo(f"  {d.get('time', '?')}  {d.get('mode', '?'):<7} {d['event']:<13} {d['version']}  {d.get('reason', '')}")
 
 
 def contract_show(version: Optional[str] = typer.Argument(None, help="version label (default: the current one)"),
@@ -101,29 +108,6 @@ def contract_rollback(version: Optional[str] = typer.Argument(None, help="versio
     except USER_ERRORS as err:
         fail(error_message(err))
     typer.echo(f"rolled back to {e.version}@{e.hash} (from {e.previous})")
-
-
-def load_traces(traces: List[str], seed: int, max_requests: Optional[int]):
-    """Each trace spec as a workload; a serve/gateway records file is read as the trace it is."""
-    from .common import shape_workload
-    from ..workloads.records import is_records_file, records_workload
-    out = []
-    for t in traces:
-        wl = records_workload(t) if is_records_file(t) else resolve_workload(t, seed)[0]
-        out.append(shape_workload(wl, max_requests=max_requests, seed=seed))
-    return out
-
-
-def sim_inputs(profile: Optional[str], thresholds: Optional[Path], policy: str, traces: List[str], seed: int,
-               max_requests: Optional[int]):
-    """(profile, thresholds, workloads) for a simulated comparison; user errors raise."""
-    from ..core.costmodel import load_profile
-    from ..sched.registry import make_policy
-    from ..evaluation.thresholds import load_thresholds
-    prof = load_profile(profile)
-    th = load_thresholds(thresholds)
-    make_policy(policy)
-    return prof, th, load_traces(traces, seed, max_requests)
 
 
 def gate(traces: List[str] = typer.Argument(..., help="traces: built-in scenario, public trace name or file"),

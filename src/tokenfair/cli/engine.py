@@ -70,7 +70,9 @@ def run(workload: str = typer.Argument(..., help="built-in scenario, public trac
         prof = _load_profile(profile)
         make_policy(policy)
         dt = _dtype(dtype)
-        from ..engine.real import DEFAULT_BLOCK_SIZE, make_real_setup, prepare_workload, run_real
+        from ..engine.real_engine import DEFAULT_BLOCK_SIZE
+        from ..engine.setup import make_real_setup
+        from ..engine.replay import prepare_workload, run_real
         prepare_workload(wl, max_requests, time_scale)
         bs = prof.block_size if prof is not None else DEFAULT_BLOCK_SIZE
         num_blocks = None if kv_tokens is None else max(1, kv_tokens // bs)
@@ -100,7 +102,7 @@ def calibrate(model: str = typer.Option("default", help=MODEL_HELP),
         if repeats is not None and repeats <= 0:
             raise ValueError(f"--repeats must be positive, got {repeats}")
         from ..engine.calibrate import DEFAULT_BLOCK_SIZE, calibrate as run_calibration
-        from ..engine.real import load_model
+        from ..engine.setup import load_model
         loaded = load_model(model)
         num_blocks = None if kv_tokens is None else max(1, kv_tokens // DEFAULT_BLOCK_SIZE)
     except USER_ERRORS as err:
@@ -144,7 +146,9 @@ def fidelity(workload: str = typer.Argument(..., help="built-in scenario, public
         if repeat < 1:
             raise ValueError(f"--repeat must be >= 1, got {repeat}")
         dt = _dtype(dtype)
-        from ..engine.real import DEFAULT_BLOCK_SIZE, load_model, prepare_workload
+        from ..engine.real_engine import DEFAULT_BLOCK_SIZE
+        from ..engine.setup import load_model
+        from ..engine.replay import prepare_workload
         prepare_workload(wl, max_requests, time_scale)
         loaded = load_model(model)
         bs = prof.block_size if prof is not None else DEFAULT_BLOCK_SIZE
@@ -190,7 +194,7 @@ def bench_engine(model: str = typer.Option("default", help=MODEL_HELP),
         if steps < 2 or prompt_len < 1 or repeats < 1:
             raise ValueError("--steps must be >= 2, --prompt-len and --repeats >= 1")
         dt = _dtype(dtype)
-        from ..engine.real import load_model
+        from ..engine.setup import load_model
         loaded = load_model(model)
     except USER_ERRORS as err:
         fail(error_message(err))

@@ -98,3 +98,31 @@ def bench_fleet(out: str = typer.Option("reports/bench-fleet", help="folder for 
     result = run_bench(Path(out), ns, lat, duration, rate, latency_duration, repeats)
     typer.echo(format_bench(result))
     typer.echo(f"wrote {out}/fleet_bench.json and {out}/fleet_fairness.png")
+
+
+def bench_fleet_latency(out: str = typer.Option("reports/bench-fleet", help="folder for fleet_latency.json"),
+                        rate: float = typer.Option(20.0, help="requests/s"),
+                        duration: float = typer.Option(20.0, help="seconds per run"),
+                        runs: int = typer.Option(3, help="runs per transport (medians are reported)"),
+                        transport: str = typer.Option("tcp,unix", help="Redis over: tcp, unix or both")) -> None:
+    """The latency a --redis gateway adds over a plain one, Redis on loopback TCP and a unix socket."""
+    import json
+    from pathlib import Path
+
+    from ..fleet.bench_latency import TRANSPORTS, format_latency, latency_bench
+    from ..fleet.redis_server import redis_server_path
+    ts = tuple(t.strip() for t in transport.split(",") if t.strip())
+    if not ts or any(t not in TRANSPORTS for t in ts):
+        fail(f"bench fleet-latency: --transport {transport!r}: tcp, unix or tcp,unix")
+    if rate <= 0 or duration <= 2 or runs < 1:
+        fail("bench fleet-latency: --rate > 0, --duration > 2 (the first 2 s warm up) and --runs >= 1")
+    if redis_server_path() is None:
+        fail("bench fleet-latency needs redis-server: apt-get install redis-server (bash scripts/test-setup.sh)")
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="tf-lat-", dir="/tmp") as tmp:
+        result = latency_bench(rate, duration, Path(tmp), runs=runs, transports=ts)
+    (folder / "fleet_latency.json").write_text(json.dumps(result, indent=2))
+    typer.echo(format_latency(result))
+    typer.echo(f"wrote {folder}/fleet_latency.json")

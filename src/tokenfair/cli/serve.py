@@ -45,12 +45,17 @@ def _digest(option: str, value: Optional[str]) -> Optional[str]:
     return d
 
 
-def _live(svc, contract: Optional[Path], admin_key_sha256: Optional[str], thresholds: Optional[Path]) -> None:
-    """Live contract changes: the admin key, the canary's thresholds, SIGHUP (serve/admin.py)."""
+def _live(svc, contract: Optional[Path], admin_key_sha256: Optional[str], thresholds: Optional[Path],
+          store: Optional[Path] = None) -> None:
+    """Live contract changes: the admin key, the canary's thresholds, SIGHUP, the change log
+    kept in a contract store (serve/admin.py, serve/contract_events.py)."""
     from ..serve.admin import configure_live
     from ..evaluation.thresholds import load_thresholds
     configure_live(svc, contract_path=contract, admin_key_sha256=admin_key_sha256,
-                   thresholds=load_thresholds(thresholds))
+                   thresholds=load_thresholds(thresholds), store=store)
+
+
+CONTRACT_STORE_HELP = "contract store folder: live changes, canaries and rollbacks are logged in DIR/live.jsonl"
 
 
 def _run_server(app, service, host: str, port: int, grace_s: float, log_level: str) -> None:
@@ -78,6 +83,7 @@ def serve(model: str = typer.Option("default", help="'default' (SmolLM2-135M GGU
           records: Optional[Path] = typer.Option(None, help="append one JSON line per ended request here"),
           records_max_mb: Optional[float] = typer.Option(None, help="rotate the records file past this size (MB)"),
           admin_key_sha256: Optional[str] = typer.Option(None, help="SHA-256 (hex) of the admin key for /admin/contract"),
+          contract_store: Optional[Path] = typer.Option(None, help=CONTRACT_STORE_HELP),
           thresholds: Optional[Path] = typer.Option(None, help="thresholds YAML for canaries (default: built-in)"),
           allow_anonymous: Optional[str] = typer.Option(None, help="tenant for requests WITHOUT a key (testing)"),
           grace_s: float = typer.Option(DEFAULT_GRACE_S, help="shutdown grace period for in-flight requests (+5 s to close)"),
@@ -105,7 +111,7 @@ def serve(model: str = typer.Option("default", help="'default' (SmolLM2-135M GGU
                                    seed=seed, max_tenant_labels=max_tenant_labels)
         svc.max_body_bytes = _positive("--max-body-bytes", max_body_bytes)
         svc.metrics_key_sha256 = _digest("--metrics-key-sha256", metrics_key_sha256)
-        _live(svc, contract, admin_key_sha256, thresholds)
+        _live(svc, contract, admin_key_sha256, thresholds, contract_store)
     except (*USER_ERRORS, OSError) as err:
         fail(error_message(err))
     typer.echo(f"serving {svc.served_model} on http://{host}:{port}/v1 (policy {policy}, "
@@ -132,6 +138,7 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
             records: Optional[Path] = typer.Option(None, help="append one JSON line per ended request here"),
             records_max_mb: Optional[float] = typer.Option(None, help="rotate the records file past this size (MB)"),
             admin_key_sha256: Optional[str] = typer.Option(None, help="SHA-256 (hex) of the admin key for /admin/contract"),
+            contract_store: Optional[Path] = typer.Option(None, help=CONTRACT_STORE_HELP),
             thresholds: Optional[Path] = typer.Option(None, help="thresholds YAML for canaries (default: built-in)"),
             allow_anonymous: Optional[str] = typer.Option(None, help="tenant for requests WITHOUT a key (testing)"),
             grace_s: float = typer.Option(DEFAULT_GRACE_S, help="shutdown grace period for in-flight requests (+5 s to close)"),
@@ -184,7 +191,7 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
                                lease_ttl_s=lease_ttl, heartbeat_s=heartbeat, timeout_s=redis_timeout, **kw)
         gw.max_body_bytes = _positive("--max-body-bytes", max_body_bytes)
         gw.metrics_key_sha256 = _digest("--metrics-key-sha256", metrics_key_sha256)
-        _live(gw, contract, admin_key_sha256, thresholds)
+        _live(gw, contract, admin_key_sha256, thresholds, contract_store)
     except (*USER_ERRORS, OSError) as err:
         fail(error_message(err))
     typer.echo(f"gateway on http://{host}:{port}/v1 -> {', '.join(b.url for b in gw.backends)} (policy {policy})",
@@ -206,7 +213,7 @@ def load(workload: str = typer.Argument(..., help="built-in scenario or trace pa
          timeout: float = typer.Option(600.0, help="per-request timeout in seconds"),
          max_connections: int = typer.Option(1024, help="concurrent HTTP connections")) -> None:
     """Replay a trace against an OpenAI-compatible endpoint; write the simulator's files."""
-    from ..engine.real import prepare_workload
+    from ..engine.replay import prepare_workload
     from ..runtime.output import summary_table
     from ..serve.load import LoadConfig, base_url, load_keys, run_load, check_keys
     try:

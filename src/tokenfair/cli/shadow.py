@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import USER_ERRORS, error_message, fail
+from .common import USER_ERRORS, error_message, fail, sim_inputs
 
 STORE_HELP = "contract store folder, to look up --live / --candidate / the records' version by label"
 
@@ -45,7 +45,7 @@ def shadow(records: Path = typer.Argument(..., help="serve/gateway --records fil
     from ..contracts.store import resolve_contract_ref
     from ..core.costmodel import load_profile
     from ..workloads.records import read_records, workload_of
-    from ..contracts.records_profile import fit_profile
+    from ..contracts.records_profile import calibrate_to_records, fit_profile
     from ..sched.registry import make_policy
     from ..contracts.shadow import run_shadow, shadow_table
     from ..evaluation.thresholds import load_thresholds
@@ -59,11 +59,20 @@ def shadow(records: Path = typer.Argument(..., help="serve/gateway --records fil
         make_policy(policy)
     except USER_ERRORS as err:
         fail(error_message(err))
+    cal = None
+    if profile is None:         # the fit's prefill is one step: calibrate it as the simulator runs it
+        prof, cal = calibrate_to_records(recs, wl, live_c, prof, policy)
 
     res = run_shadow(recs, wl, live_c, cand, prof, th, policy=policy, out_dir=out)
+    if cal is not None:
+        typer.echo(f"profile fitted from the records, calibrated by {cal.rounds} replay(s) under the live contract "
+                   f"(mean prefill {cal.prefill_error:+.1%}, mean TPOT {cal.tpot_error:+.1%} before the last rescale)")
     typer.echo(shadow_table(res))
     if out is not None:
-        doc = {"profile": prof.model_dump(mode="json"), "live": f"{live_c.version}@{live_c.content_hash}",
+        doc = {"profile": prof.model_dump(mode="json"),
+               "calibration": None if cal is None else {"rounds": cal.rounds, "prefill_error": cal.prefill_error,
+                                                        "tpot_error": cal.tpot_error},
+               "live": f"{live_c.version}@{live_c.content_hash}",
                "candidate": f"{cand.version}@{cand.content_hash}",
                "simulator_error": [{"tenant": e.tenant, "figure": e.figure, "recorded": e.measured,
                                     "simulated": e.simulated, "rel_error": e.rel_error} for e in res.errors],
@@ -91,7 +100,6 @@ def sweep(traces: List[str] = typer.Argument(..., help="traces: built-in scenari
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
     from rich.table import Table
 
-    from .contracts import sim_inputs
     from ..contracts.store import resolve_contract_ref
     from ..contracts.sweep import dump_variant, load_grid, run_sweep, write_sweep
     try:

@@ -160,6 +160,9 @@ class Contract(_Frozen):
     preemption: PreemptionSpec = PreemptionSpec()
     borrowing: BorrowingSpec = BorrowingSpec()
     admission: AdmissionSpec = AdmissionSpec()
+    # a live change that removes a tenant: its keys get 401 tenant_removed ("reject"), or go on
+    # authenticating it, served under default_tenant ("default_template")
+    removed_tenants: Literal["reject", "default_template"] = "reject"
 
     @model_validator(mode="after")
     def _consistent(self) -> "Contract":
@@ -205,7 +208,10 @@ class Contract(_Frozen):
 
     @property
     def content_hash(self) -> str:
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        d = self.model_dump(mode="json")
+        if d["removed_tenants"] == "reject":    # the default: hashes of contracts that never set it stay
+            del d["removed_tenants"]
+        blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def identity(self) -> dict[str, str]:

@@ -72,8 +72,9 @@ def diff_contracts(a: Contract, b: Contract) -> ContractDiff:
     changes: list[FieldChange] = []
     if da["version"] != db["version"]:
         changes.append(FieldChange("contract", "version", da["version"], db["version"]))
-    if da["default_class"] != db["default_class"]:
-        changes.append(FieldChange("contract", "default_class", da["default_class"], db["default_class"]))
+    for top in ("default_class", "removed_tenants"):
+        if da[top] != db[top]:
+            changes.append(FieldChange("contract", top, da[top], db[top]))
     for t in sorted(set(da["tenants"]) | set(db["tenants"])):
         changes += _compare(f"tenant {t}", da["tenants"].get(t), db["tenants"].get(t))
     changes += _compare("default_tenant", da["default_tenant"], db["default_tenant"])

@@ -105,14 +105,16 @@ def shadow_table(res: ShadowResult) -> str:
         err = e.rel_error
         lines.append(f"  {e.tenant[:15]:<16}{e.figure:<12}{_f(e.measured):>10}{_f(e.simulated):>11}"
                      f"{'-' if err is None else f'{err:+.1%}':>9}")
-    lines.append("per-tenant deltas, candidate - live (both simulated):")
-    lines.append(f"  {'tenant':<16}{'figure':<20}{'live':>10}{'candidate':>11}{'delta':>10}")
+    lines.append("per-tenant deltas, candidate - live (both simulated), next to the simulator's error on that "
+                 "figure under the live contract:")
+    lines.append(f"  {'tenant':<16}{'figure':<20}{'live':>10}{'candidate':>11}{'delta':>10}{'sim error':>11}")
+    error_of = {(e.tenant, e.figure): e.rel_error for e in res.errors}
     for row in res.gate.rows:
         if row.scope != "tenant":
             continue
-        d = row.delta
+        d, err = row.delta, error_of.get((row.group, row.metric))
         lines.append(f"  {row.group[:15]:<16}{row.metric[:19]:<20}{_f(row.baseline):>10}{_f(row.candidate):>11}"
-                     f"{'-' if d is None else f'{d:+.3f}':>10}")
+                     f"{'-' if d is None else f'{d:+.3f}':>10}{'-' if err is None else f'{err:+.1%}':>11}")
     breached = [c.name for c in res.gate.checks if not c.passed]
     lines.append("checks: " + ("all pass" if not breached else "BREACHED " + ", ".join(breached)))
     return "\n".join(lines)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .loader import LoadedModel, build_model
-from .real import load_model
+from .setup import load_model
 from .runner import ModelRunner, SeqWork
 
 

@@ -28,7 +28,8 @@ import torch
 import yaml
 
 from ..core.costmodel import Profile
-from .real import DEFAULT_BLOCK_SIZE, DEFAULT_KV_TOKENS, default_cpu_profile, load_model, model_name, real_profile
+from .real_engine import DEFAULT_BLOCK_SIZE, DEFAULT_KV_TOKENS
+from .setup import default_cpu_profile, load_model, model_name, real_profile
 from .calibrate_measure import Sample, Shape, measure, measure_swap
 from .calibrate_serving import measure_serving
 from .runner import ModelRunner

@@ -14,7 +14,7 @@ from ..runtime.output import write_run
 from ..sim.simulate import simulate
 from .calibrate import COEFFS, write_profile
 from .fidelity_metrics import compare, repeat_report, step_model_error
-from .real import RealOutput, run_real
+from .replay import RealOutput, run_real
 
 
 def fidelity(workload, policy: str, contract: Contract, model_spec="default", profile: Profile | None = None, *,
@@ -37,7 +37,7 @@ def fidelity(workload, policy: str, contract: Contract, model_spec="default", pr
 
     import torch
 
-    from .real import load_model
+    from .setup import load_model
 
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")

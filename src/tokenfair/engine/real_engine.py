@@ -36,6 +36,7 @@ from .kv_cache import CacheFullError
 from .loader import LoadedModel
 from .runner import ModelRunner, SeqWork
 from .step_isolation import run_isolated
+from .step_work import StepFailures, work_items
 from .sampling import GREEDY
 from .sequence import GenerationPayload, plain_vocab, EngineSeq
 
@@ -115,25 +116,31 @@ class RealEngine:
     # ----------------------------------------------------------------- one step
     def execute(self, out: SchedulerOutput) -> StepResult:
         t0 = time.perf_counter()
-        runner = self.runner
         prefill_shape = [(n, r.num_computed) for r, n in out.prefill]
         decode_ctx = sum(r.num_computed for r in out.decode)
-        failed: list[tuple[Request, str]] = []
-        failed_ids: set[str] = set()
-
-        def fail(st: EngineSeq, reason: str) -> None:
-            if st.seq_id in failed_ids:
-                return
-            failed_ids.add(st.seq_id)
-            failed.append((st.req, reason))
-            self._finish(st, None, f"failed: {reason}")
-
+        failures = StepFailures(lambda st, reason: self._finish(st, None, f"failed: {reason}"))
         self._sweep()
         for req in out.aborted:
             self.forget(req)
+        swap_s = self._move_kv(out, failures)
+        items = work_items(out, self._seqs, self.runner.cache, self.config.max_position, failures,
+                           self.synthetic_prompt)
+        finished = self._run_items(items, failures.fail) if items else []
+        failed = failures.failed
+        self.num_failed += len(failed)
+        self.num_steps += 1
+        dt = time.perf_counter() - t0
+        if self.keep_step_log and not failed:   # the simulator's view of the step (see SimEngine.execute)
+            self.step_log.append((prefill_shape, decode_ctx, len(out.decode), dt, swap_s))
+        self.busy_s += dt
+        self.swap_s += swap_s
+        return StepResult(duration_s=dt, finished=finished, failed=failed, swap_s=swap_s)
+
+    def _move_kv(self, out: SchedulerOutput, failures: StepFailures) -> float:
+        """Evictions and swap-ins, evictions first (they free the blocks this step's work
+        needs); a request swapped in and evicted again in the same step is evicted after its
+        swap-in.  Returns the transfer seconds."""
         swap_s = 0.0
-        # Evictions first (they free the blocks this step's work needs); a request swapped in
-        # and evicted again in the same step is evicted after its swap-in.
         swapped_in = {r.request_id for r in out.swapped_in}
         late = [(r, m) for r, m in out.preempted if r.request_id in swapped_in]
         for req, mode in out.preempted:
@@ -144,56 +151,16 @@ class RealEngine:
             if st is None:
                 continue
             if st.kv_lost:
-                fail(st, "swap_in: KV lost (host pool was full at swap-out)")
+                failures.fail(st, "swap_in: KV lost (host pool was full at swap-out)")
                 continue
             try:
-                swap_s += runner.swap_in(st.seq_id).seconds
+                swap_s += self.runner.swap_in(st.seq_id).seconds
                 self._on_host.discard(st.seq_id)
             except (CacheFullError, KeyError) as err:
-                fail(st, f"swap_in: {err}")
+                failures.fail(st, f"swap_in: {err}")
         for req, mode in late:
             swap_s += self._evict(req, mode)
-
-        # Build the step's work: tokens[num_computed : num_computed + n].
-        items: list[tuple[EngineSeq, SeqWork]] = []
-        cache = runner.cache
-        max_pos = self.config.max_position
-        work_list = [(r, n) for r, n in out.prefill] + [(r, 1) for r in out.decode]
-        for req, n in work_list:
-            st = self._seqs.get(req.request_id)
-            if st is None or st.seq_id in failed_ids:
-                if st is None:
-                    failed.append((req, "engine: unknown request (never added)"))
-                continue
-            if st.tokens is None:
-                st.tokens = self.synthetic_prompt(st.seq_id, st.num_prompt)
-            start = req.num_computed
-            if st.num_prompt + st.target > max_pos:
-                fail(st, f"exceeds_model_context: {st.num_prompt} prompt + {st.target} output tokens "
-                         f"> {max_pos} positions")
-                continue
-            ids = st.tokens[start:start + n]
-            if len(ids) != n or cache.is_swapped(st.seq_id) or cache.num_tokens(st.seq_id) != start:
-                fail(st, f"engine_state_mismatch: scheduler feeds {n} tokens at {start}, engine holds "
-                         f"{len(st.tokens)} tokens, {cache.num_tokens(st.seq_id)} cached")
-                continue
-            items.append((st, SeqWork(st.seq_id, ids, start, start + n == len(st.tokens), st.sampling)))
-        # The scheduler's pool should guarantee room; if it does not, fail from the end.
-        need = [cache.blocks_needed(w.seq_id, len(w.token_ids)) for _, w in items]
-        while items and sum(need) > cache.num_free_blocks:
-            st, _ = items.pop()
-            need.pop()
-            fail(st, f"kv_cache_full: engine has {cache.num_free_blocks} free blocks")
-
-        finished = self._run_items(items, fail) if items else []
-        self.num_failed += len(failed)
-        self.num_steps += 1
-        dt = time.perf_counter() - t0
-        if self.keep_step_log and not failed:   # the simulator's view of the step (see SimEngine.execute)
-            self.step_log.append((prefill_shape, decode_ctx, len(out.decode), dt, swap_s))
-        self.busy_s += dt
-        self.swap_s += swap_s
-        return StepResult(duration_s=dt, finished=finished, failed=failed, swap_s=swap_s)
+        return swap_s
 
     def _run_items(self, items: list[tuple[EngineSeq, SeqWork]], fail) -> list[Request]:
         """Run the step's work (a request's own fault fails it alone, see

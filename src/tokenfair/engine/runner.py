@@ -22,14 +22,13 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .attention import AttentionGroup, AttentionMetadata, DecodeStage, StageBuffers, StagePlan, build_attention_group
+from .attention import AttentionGroup, AttentionMetadata, DecodeStage, build_attention_group
+from .buckets import decode_buckets, prefill_buckets
 from .kv_cache import CacheFullError, PagedKVCache, TransferStats
 from .loader import LoadedModel, build_model
 from .model import LlamaDecoder
 from .sampling import GREEDY, SamplingParams, make_generator, sample_tokens
-
-STAGE_HEADROOM = 32  # tokens a decode stage can grow by before it is rebuilt
-STAGE_AFTER = 3      # steady steps a decode group must have run before it gets a stage
+from .stages import DecodeStages
 
 
 @dataclass(frozen=True)
@@ -87,9 +86,7 @@ class ModelRunner:
         )
         self.keep_logits = keep_logits
         self.stage_decode = stage_decode  # keep decode groups' K/V contiguous across steps
-        self._stages: dict[tuple[str, ...], DecodeStage] = {}
-        self._spares = StageBuffers(2 * self.config.num_layers)  # buffers of dropped stages
-        self._unstaged: dict[tuple[str, ...], tuple[torch.Tensor, int]] = {}  # other groups: contexts, run
+        self.stages = DecodeStages(self.config.num_layers, block_size)
         self._seed_source = make_generator(seed)
         self._generators: dict[str, torch.Generator] = {}
 
@@ -144,7 +141,7 @@ class ModelRunner:
         try:
             logits = self.model(token_ids, positions, self.cache.pool, metadata, logits_indices)
         except BaseException:
-            self._set_stages({}, {})  # a half-written stage must not be appended to
+            self.stages.clear()  # a half-written stage must not be appended to
             raise
         sampling_items = [w for w in work_order if w.sample]
         failed = self._non_finite_rows(logits, sampling_items)
@@ -210,10 +207,10 @@ class ModelRunner:
         slot_mapping = block_tables[seq_of_token, positions // block_size] * block_size + positions % block_size
         is_decode = query_lens == 1
         groups: list[AttentionGroup] = []
-        decode_buckets = self._decode_buckets(context_lens, is_decode)
         stages: dict[tuple[str, ...], DecodeStage] = {}
         unstaged: dict[tuple[str, ...], tuple[torch.Tensor, int]] = {}
-        for members in (*decode_buckets, *self._prefill_buckets(query_lens, context_lens, is_decode)):
+        for members in (*decode_buckets(context_lens, is_decode, block_size),
+                        *prefill_buckets(query_lens, context_lens, is_decode)):
             if members.numel() == 0:
                 continue
             group_blocks = int(((context_lens[members] + block_size - 1) // block_size).max())
@@ -225,9 +222,11 @@ class ModelRunner:
                 block_size,
             )
             if self.stage_decode and bool(is_decode[members[0]]):
-                group = replace(group, stage=self._stage_plan(batch, members, context_lens, stages, unstaged))
+                seq_ids = tuple(batch[i].seq_id for i in members.tolist())
+                plan = self.stages.plan(seq_ids, context_lens[members], self.cache.pool, stages, unstaged)
+                group = replace(group, stage=plan)
             groups.append(group.to(device))
-        self._set_stages(stages, unstaged)
+        self.stages.replace(stages, unstaged)
         sample_rows = torch.tensor([i for i, w in enumerate(batch) if w.sample], dtype=torch.long)
         logits_indices = (query_starts + query_lens - 1)[sample_rows]
         metadata = AttentionMetadata(slot_mapping.to(device), tuple(groups), len(flat_ids))
@@ -237,85 +236,6 @@ class ModelRunner:
             metadata,
             logits_indices.to(device),
         )
-
-    def _stage_plan(self, batch: list[SeqWork], members: torch.Tensor, context_lens: torch.Tensor,
-                    stages: dict[tuple[str, ...], DecodeStage],
-                    unstaged: dict[tuple[str, ...], tuple[torch.Tensor, int]]) -> StagePlan | None:
-        """Append to the decode group's stage from the last step; start one when the group
-        has decoded exactly these sequences for ``STAGE_AFTER`` steps (building a stage costs
-        about a third of a step, so it pays off only over a long run of steady steps; groups
-        in serving often last a few steps); else ``None`` (gather the blocks)."""
-        seq_ids = tuple(batch[i].seq_id for i in members.tolist())
-        contexts = context_lens[members]
-        stage = self._stages.get(seq_ids)
-        refill = stage is None or not stage.can_append(contexts)
-        if refill and stage is None:
-            previous, run = self._unstaged.get(seq_ids, (None, 0))
-            run = run + 1 if previous is not None and torch.equal(previous + 1, contexts) else 1
-            if run < STAGE_AFTER:
-                unstaged[seq_ids] = (contexts, run)
-                return None
-        if refill:
-            block_size = self.cache.block_size
-            capacity = -(-(int(contexts.max()) + STAGE_HEADROOM) // block_size) * block_size
-            stage = DecodeStage(seq_ids, self.cache.pool, capacity, self._spares)
-        stage.lens = contexts.clone()
-        stages[seq_ids] = stage
-        return StagePlan(stage, refill, stage.append_slots(contexts))
-
-    def _set_stages(self, stages: dict[tuple[str, ...], DecodeStage],
-                    unstaged: dict[tuple[str, ...], tuple[torch.Tensor, int]]) -> None:
-        """Replace the live stages; the buffers of those dropped go to the spares."""
-        kept = {id(st) for st in stages.values()}
-        for stage in self._stages.values():
-            if id(stage) not in kept:
-                stage.release(self._spares)
-        self._stages, self._unstaged = stages, unstaged
-
-    def _drop_stages(self, seq_id: str) -> None:
-        self._set_stages({ids: st for ids, st in self._stages.items() if seq_id not in ids},
-                         {ids: c for ids, c in self._unstaged.items() if seq_id not in ids})
-
-    def _decode_buckets(self, context_lens: torch.Tensor, is_decode: torch.Tensor) -> list[torch.Tensor]:
-        """Split the single-token rows (a prefix sorted by context) into buckets whose
-        contexts are within 2x of each other: attention pads each bucket to its longest
-        context, so one long sequence no longer pads every short one."""
-        num = int(is_decode.sum())
-        if num == 0:
-            return []
-        blocks = ((context_lens[:num] + self.cache.block_size - 1) // self.cache.block_size).tolist()
-        buckets, start = [], 0
-        for i in range(1, num):
-            if blocks[i] > max(2 * blocks[start], blocks[start] + 8):
-                buckets.append(torch.arange(start, i))
-                start = i
-        buckets.append(torch.arange(start, num))
-        return buckets
-
-    @staticmethod
-    def _prefill_buckets(query_lens: torch.Tensor, context_lens: torch.Tensor,
-                         is_decode: torch.Tensor) -> list[torch.Tensor]:
-        """Group the multi-token rows so padding stays small: attention pads a group to
-        ``S x longest query x longest context``, so a 6-token prompt beside a 713-token one
-        was attended as a second 713 x 713 (a step with prompts of [514, 713, 105, 6] tokens
-        took 2.54 s as one group, 1.74 s bucketed).  Longest context first; a row joins the
-        current group while that pads at most 64 x 64 query-key pairs (an extra attention call
-        costs about what ~2,000 padded pairs do), so only tiny or equal prompts share a call.
-        O(P log P) for P prefill rows."""
-        rows = (~is_decode).nonzero().flatten().tolist()
-        q, k = query_lens.tolist(), context_lens.tolist()
-        rows.sort(key=lambda i: (-k[i], -q[i], i))
-        buckets: list[list[int]] = []
-        max_q = own = 0  # the current group's longest query and its rows' sum of q x k
-        for i in rows:
-            if buckets and (len(buckets[-1]) + 1) * max(max_q, q[i]) * k[buckets[-1][0]] - (own + q[i] * k[i]) \
-                    <= 64 * 64:
-                buckets[-1].append(i)
-                max_q, own = max(max_q, q[i]), own + q[i] * k[i]
-            else:
-                buckets.append([i])
-                max_q, own = q[i], q[i] * k[i]
-        return [torch.tensor(sorted(b), dtype=torch.long) for b in buckets]
 
     def _generator_for(self, work: SeqWork) -> torch.Generator | None:
         if work.sampling.is_greedy:
@@ -333,7 +253,7 @@ class ModelRunner:
         """The sequence is finished: drop its KV blocks (both pools) and sampler state."""
         self.cache.free(seq_id)
         self._generators.pop(seq_id, None)
-        self._drop_stages(seq_id)
+        self.stages.drop(seq_id)
 
     def recompute(self, seq_id: str) -> int:
         """Preempt by recomputation: drop KV blocks but keep the sampler state.
@@ -344,7 +264,7 @@ class ModelRunner:
         """
         dropped = self.cache.num_tokens(seq_id)
         self.cache.free(seq_id)
-        self._drop_stages(seq_id)
+        self.stages.drop(seq_id)
         return dropped
 
     def rollback(self, num_tokens_before: dict[str, int | None]) -> None:
@@ -353,10 +273,10 @@ class ModelRunner:
         state is kept."""
         for seq_id, num in num_tokens_before.items():
             self.cache.truncate(seq_id, num)
-        self._set_stages({}, {})
+        self.stages.clear()
 
     def swap_out(self, seq_id: str) -> TransferStats:
-        self._drop_stages(seq_id)
+        self.stages.drop(seq_id)
         return self.cache.swap_out(seq_id)
 
     def swap_in(self, seq_id: str) -> TransferStats:

@@ -30,9 +30,10 @@ from .report_plots import (
     fig_latency,
     fig_preemptions,
     fig_queue_kv,
-    _fig_shares,
-    _fig_slowdown,
+    fig_shares,
+    fig_slowdown,
 )
+from .table import table_rows
 from .thresholds import Check, evaluate, load_thresholds
 
 # The figures live in report_plots; its constants are re-exported here.
@@ -110,7 +111,6 @@ def _top_groups(runs: dict, key: str) -> list[str]:
 
 # -- HTML --------------------------------------------------------------------------------
 def _table_html(runs: dict, verdicts: dict[str, bool]) -> str:
-    from .compare import table_rows
     rows = table_rows({p: r["summary"] for p, r in runs.items()}, verdicts)
     head = ("<tr><th class=l>policy</th><th>throughput (tok/s)</th><th>finished tokens</th>"
             "<th>in-time tokens</th><th>Jain min</th><th>starvation</th><th>longest gap (s)</th>"
@@ -179,7 +179,7 @@ def render_section(scenario: str, runs: dict[str, dict]) -> str:
               "window. Dashed (same colour): its entitled share among the tenants backlogged at that time "
               "(contract weights, water-filled to min shares); no dashed line where fewer than two tenants wait. "
               "Fair means solid follows dashed.</p>",
-              _fig_shares(runs, fig)]
+              fig_shares(runs, fig)]
     label = "tenant" if key == "tenant" else "class (more than 8 tenants)"
     parts += [f"<h3>TTFT and TPOT distributions per {label}</h3>",
               "<p class=how>Cumulative distribution (log time axis): a curve further left is faster; a long flat "
@@ -189,7 +189,7 @@ def render_section(scenario: str, runs: dict[str, dict]) -> str:
     parts += [f"<h3>Slowdown per {key}</h3>",
               "<p class=how>End-to-end latency divided by the same request's latency alone on an empty engine "
               "(1 = no interference). Bars: median; black ticks: P99. Log scale.</p>",
-              _fig_slowdown(runs, key, groups, fig)]
+              fig_slowdown(runs, key, groups, fig)]
     parts += ["<h3>Queue length and KV cache use</h3>",
               "<p class=how>Waiting requests and the fraction of KV blocks held at the end of each second. A queue "
               "that never drains means the workload overloads the engine; KV near 100% explains preemptions.</p>",

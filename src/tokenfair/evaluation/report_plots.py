@@ -69,7 +69,7 @@ def _colors(names: list[str]) -> dict[str, str]:
 
 
 # -- figures -----------------------------------------------------------------------------
-def _fig_shares(runs: dict, fig: Figure) -> str:
+def fig_shares(runs: dict, fig: Figure) -> str:
     policies = list(runs)
     axes = fig.subplots(1, len(policies), sharey=True, squeeze=False)[0]
     fig.set_size_inches(3.4 * len(policies) + 0.6, 3.3)
@@ -173,7 +173,7 @@ def fig_latency(runs: dict, key: str, groups: list[str], fig: Figure) -> str:
     return _png(fig)
 
 
-def _fig_slowdown(runs: dict, key: str, groups: list[str], fig: Figure) -> str:
+def fig_slowdown(runs: dict, key: str, groups: list[str], fig: Figure) -> str:
     policies = list(runs)
     ax = fig.subplots()
     fig.set_size_inches(max(6.0, 1.1 * len(groups) * max(1, len(policies)) / 2.2 + 2), 3.4)

@@ -11,11 +11,8 @@ served while all are backlogged and its entitled share
 w_i / sum w; the same load through N independent gateways (no shared state) is the
 baseline.  Requests refused (non-200) are counted next to each figure.
 
-Latency.  Separate processes: a fake backend, a plain gateway and a ``--redis`` gateway in
-front of it, and a Poisson client (this process) sending each request to one of the two
-gateways at random; the P50 / P99 of TTFT and end-to-end latency per path, and their
-difference (the Redis gateway's added latency: a dispatch script and a completion script
-per request, besides the heartbeats).
+Latency: ``bench_latency.py`` (a plain and a ``--redis`` gateway side by side, Redis over
+loopback TCP and a unix socket).
 """
 
 from __future__ import annotations
@@ -23,9 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
-import subprocess
-import sys
 import tempfile
 import time
 from contextlib import ExitStack
@@ -33,8 +27,8 @@ from pathlib import Path
 
 from ..contracts.contract import Contract, parse_contract
 from ..serve.auth import KeyRing, hash_key
-from ..serve.overhead import stop_processes, wait_port
-from .redis_server import RedisServer, free_port
+from .bench_latency import format_latency, latency_bench, pcts
+from .redis_server import RedisServer
 from .rehearsal import FleetSpec, StopRule, closed_loop, shares, start_fleet
 
 WEIGHTS = {"a": 1.0, "b": 2.0, "c": 3.0}
@@ -154,85 +148,7 @@ def script_latency(url: str, num_ops: int = 2000, num_tenants: int = 8) -> dict:
                                             credit=2048.0, dispatch_op=ask.op_id))
         await client.aclose()
         return times[100:]                       # after the script cache and connection warm up
-    return _pcts(asyncio.run(run()))
-
-
-def _pcts(xs: list[float]) -> dict:
-    import numpy as np
-    a = np.asarray(xs) * 1000.0
-    return {"p50_ms": round(float(np.percentile(a, 50)), 2), "p99_ms": round(float(np.percentile(a, 99)), 2),
-            "n": len(xs)}
-
-
-def latency_run(rate: float, duration_s: float, workdir: Path, seed: int = 0) -> dict:
-    """Plain vs ``--redis`` gateway in front of one fake backend, separate processes."""
-    key = "bench-key"
-    cpath = workdir / "latency-contract.json"
-    cpath.write_text(json.dumps({"tenants": {"bench": {"api_key_sha256": [hash_key(key)], "max_queued": 100000}},
-                                 "admission": {"shed_over_max_wait": False}}))
-    srv = RedisServer(workdir / "redis-latency", persist=False).start()
-    be, plain, fleet = free_port(), free_port(), free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    gw = [sys.executable, "-m", "tokenfair", "gateway", "--backend", f"http://127.0.0.1:{be}", "--contract",
-          str(cpath), "--log-level", "warning", "--grace-s", "1", "--initial-window", "64"]
-    procs = [subprocess.Popen([sys.executable, "-m", "tokenfair.serve.overhead", "--role", "backend", "--port",
-                               str(be), "--ttft", "0.02", "--token-delay", "0.01"], env=env),
-             subprocess.Popen(gw + ["--port", str(plain)], env=env),
-             subprocess.Popen(gw + ["--port", str(fleet), "--redis", srv.url, "--fleet", "latency"], env=env)]
-    try:
-        for port in (be, plain, fleet):
-            wait_port(port)
-        res = asyncio.run(_poisson(rate, duration_s, {"plain": f"http://127.0.0.1:{plain}",
-                                                      "redis": f"http://127.0.0.1:{fleet}"}, key, seed))
-    finally:
-        stop_processes(procs)
-        srv.stop()
-    out: dict = {"rate": rate, "duration_s": duration_s, "errors": res["errors"]}
-    for path in ("plain", "redis"):
-        out[path] = {"ttft": _pcts([x[0] for x in res[path]]), "e2e": _pcts([x[1] for x in res[path]])}
-    out["added_ms"] = {f"{m}_{p}": round(out["redis"][m][f"{p}_ms"] - out["plain"][m][f"{p}_ms"], 2)
-                       for m in ("ttft", "e2e") for p in ("p50", "p99")}
-    return out
-
-
-async def _poisson(rate: float, duration_s: float, urls: dict[str, str], key: str, seed: int,
-                   warmup_s: float = 2.0) -> dict:
-    import httpx
-    rng = random.Random(seed)
-    res: dict = {p: [] for p in urls}
-    res["errors"] = {p: 0 for p in urls}
-    async with httpx.AsyncClient(timeout=60.0, limits=httpx.Limits(max_connections=1024)) as client:
-        t0 = time.perf_counter()
-
-        async def one(at: float, path: str) -> None:
-            await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
-            start, ttft = time.perf_counter(), None
-            try:
-                async with client.stream("POST", urls[path] + "/v1/completions",
-                                         headers={"authorization": f"Bearer {key}"},
-                                         json={"prompt": "a b c d e f g h", "max_tokens": 16, "stream": True}) as r:
-                    if r.status_code != 200:
-                        res["errors"][path] += 1
-                        await r.aread()
-                        return
-                    async for line in r.aiter_lines():
-                        if ttft is None and line.startswith("data: ") and '" t0"' in line:
-                            ttft = time.perf_counter() - start
-            except httpx.HTTPError:
-                res["errors"][path] += 1
-                return
-            if at >= warmup_s and ttft is not None:
-                res[path].append((ttft, time.perf_counter() - start))
-
-        tasks, t = [], 0.0
-        paths = sorted(urls)
-        while True:
-            t += rng.expovariate(rate)
-            if t > duration_s:
-                break
-            tasks.append(one(t, rng.choice(paths)))
-        await asyncio.gather(*tasks)
-    return res
+    return pcts(asyncio.run(run()))
 
 
 def run_bench(out: Path, gateways: list[int], latencies_ms: list[float], duration_s: float, rate: float,
@@ -246,7 +162,8 @@ def run_bench(out: Path, gateways: list[int], latencies_ms: list[float], duratio
         finally:
             srv.stop()
         rows = fairness_table(gateways, latencies_ms, duration_s, work, repeats)
-        latency = latency_run(rate, latency_duration_s, work) if latency_duration_s > 0 else None
+        latency = latency_bench(rate, latency_duration_s, work / "latency", runs=repeats) \
+            if latency_duration_s > 0 else None
     plot_fairness(rows, out / "fleet_fairness.png")
     result = {"fairness": rows, "latency": latency, "dispatch_script": script, "cpus": os.cpu_count(),
               "config": {"duration_s": duration_s, "clients_per_tenant": CLIENTS_PER_TENANT, "weights": WEIGHTS,
@@ -272,12 +189,5 @@ def format_bench(result: dict) -> str:
                       f"p50 {sc['p50_ms']} ms, p99 {sc['p99_ms']} ms"]
     lat = result.get("latency")
     if lat:
-        lines += ["", "| path | TTFT p50 / p99 (ms) | end-to-end p50 / p99 (ms) | errors |", "|---|---|---|---|"]
-        for p in ("plain", "redis"):
-            v = lat[p]
-            lines.append(f"| {p} gateway | {v['ttft']['p50_ms']} / {v['ttft']['p99_ms']} | "
-                         f"{v['e2e']['p50_ms']} / {v['e2e']['p99_ms']} | {lat['errors'][p]} |")
-        a = lat["added_ms"]
-        lines.append(f"| **added by Redis** | **{a['ttft_p50']:+.2f} / {a['ttft_p99']:+.2f}** | "
-                     f"**{a['e2e_p50']:+.2f} / {a['e2e_p99']:+.2f}** | |")
+        lines += ["", format_latency(lat)]
     return "\n".join(lines)

@@ -1,11 +1,13 @@
 """A gateway's link to its fleet: Redis when it answers, the local store when it does not.
 
-Healthy: every dispatch and completion is one Lua script on Redis (one round trip); the
-reply carries every tenant's tag and V, so the gateway's cache is never older than its own
-last operation, and a heartbeat (every ``heartbeat_s``) and the ``wake`` channel (a message
-per dispatch / completion anywhere in the fleet) refresh it in between.  Staleness bound:
-a tag or backend count used for a pick is at most ``heartbeat_s`` old, or one message late;
-the script re-checks every limit atomically, so a stale cache costs a refused ask, never an
+Healthy: every dispatch is one Lua script on Redis (one round trip, the only one on the
+request's path); its completion is another, sent in the background when the request ends.
+The reply carries every tenant's tag and V, so the gateway's cache is never older than its
+own last operation, and a heartbeat (every ``heartbeat_s``) and the ``wake`` channel (a
+message per dispatch / completion anywhere in the fleet while some gateway waits for room,
+i.e. was refused in the last lease TTL) refresh it in between.  Staleness bound: a tag or
+backend count used for a pick is at most ``heartbeat_s`` old, or one message late; the
+script re-checks every limit atomically, so a stale cache costs a refused ask, never an
 overshoot.
 
 Degraded (a call failed or took over ``timeout_s``): decisions come from a
@@ -34,6 +36,7 @@ log = logging.getLogger("tokenfair.fleet")
 DEFAULT_TIMEOUT_S = 0.25
 DEFAULT_HEARTBEAT_S = 0.25
 DEFAULT_LEASE_TTL_S = 5.0
+CONTRACT_MESSAGE = "contract"   # a wake message "contract|seq": the live contract changed (sync_scripts.py)
 LIVE_FACTOR = 4          # a gateway is live while its last heartbeat is under LIVE_FACTOR x heartbeat_s old
 
 
@@ -70,6 +73,7 @@ class FleetClient:
         self.refusals: dict[str, int] = {}              # refused dispatch asks by reason
         self.last_error = ""
         self.on_wake: Callable[[str, int], None] = lambda backend, inflight: None
+        self.on_contract: Callable[[int], None] = lambda seq: None   # a contract was published (sync.py)
         self.heartbeat_fn: Callable[[], Heartbeat] | None = None
         self._tasks: list[asyncio.Task] = []
         self._pending: set[asyncio.Task] = set()
@@ -84,7 +88,8 @@ class FleetClient:
     async def _call(self, coro: Any) -> Any:
         if self.inject_latency_s > 0:
             await asyncio.sleep(self.inject_latency_s)
-        return await asyncio.wait_for(coro, self.timeout_s)
+        async with asyncio.timeout(self.timeout_s):      # inline: no task per call (unlike wait_for)
+            return await coro
 
     def _degrade(self, err: BaseException) -> None:
         self.last_error = f"{type(err).__name__}: {err}"
@@ -260,6 +265,9 @@ class FleetClient:
         try:
             n = int(count)
         except ValueError:
+            return
+        if backend == CONTRACT_MESSAGE:
+            self.on_contract(n)
             return
         self.view.backend_inflight[backend] = n
         self.on_wake(backend, n)

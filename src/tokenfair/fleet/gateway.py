@@ -30,6 +30,7 @@ its first token).
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, fields
 
 from ..core.request import Status
@@ -38,6 +39,8 @@ from ..serve.gateway_backend import GatewayJob
 from ..serve.gateway_dispatch import IDLE_POLL_S
 from ..serve.gateway_window import Backend
 from .client import FleetClient
+from .door import door_wait_s, fleet_bucket, queued_cost
+from .gateway_sync import GatewaySync
 from .model import REASON_RATE, REASON_WINDOW, DispatchAsk, Heartbeat
 
 
@@ -62,13 +65,16 @@ class FleetGateway(Gateway):
         self.wp, self.wd = costs.prefill_token, costs.decode_token
         fleet.heartbeat_fn = self._heartbeat
         fleet.on_wake = self._on_wake
+        self.sync = GatewaySync(self)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         await super().start()
         await self.fleet.start()
+        await self.sync.start()
 
     async def stop(self) -> None:
+        await self.sync.stop()
         await self.fleet.stop()
         await super().stop()
 
@@ -160,10 +166,47 @@ class FleetGateway(Gateway):
             actual = self.wp * req.prompt_tokens + self.wd * req.num_output if req.num_output > 0 else 0.0
             self.fleet.complete_soon(ask, actual)
 
+    # ------------------------------------------------------------------ the door (door.py)
+    def _fleet_bucket(self, tenant: str, rl, now: float) -> float | None:
+        return fleet_bucket(self.sync.view, self.fleet.local, self.fleet.healthy, tenant, rl.tokens_per_s,
+                            rl.burst_tokens, now, time.monotonic())
+
+    def door_check(self, req, now: float):
+        """The door's ``rate_limited`` against the tenant's fleet bucket and the cost it has
+        queued at every gateway (the policy's own bucket before the first fleet view)."""
+        rl = self.contract.tenant(req.tenant).rate_limit
+        adm = self.contract.admission
+        if rl is None or req.max_wait_s is None or not adm.shed_over_max_wait:
+            return None
+        level = self._fleet_bucket(req.tenant, rl, now)
+        if level is None:
+            return super().door_check(req, now)
+        elsewhere = self.sync.view.queued_elsewhere.get(req.tenant, 0.0) if self.fleet.healthy else 0.0
+        wait = door_wait_s(level, queued_cost(self.policy.tenant(req.tenant, now)), elsewhere, rl.tokens_per_s)
+        limit = adm.shed_margin * req.max_wait_s
+        if wait <= limit:
+            return None
+        scope = "fleet-wide" if self.fleet.healthy else f"this gateway's share ({self.fleet.local.share:.2g})"
+        return (f"rate_limited: tenant {req.tenant!r} token rate limit ({rl.tokens_per_s:g}/s, {scope}) admits "
+                f"this request in ~{wait:.1f}s > {limit:.1f}s (class {req.klass!r}); retry after "
+                f"~{wait - limit:.0f}s", wait - limit)
+
+    def ratelimit_headers(self, tenant: str, retry_after: float) -> dict[str, str]:
+        h = super().ratelimit_headers(tenant, retry_after)
+        rl = self.contract.tenant(tenant).rate_limit
+        level = self._fleet_bucket(tenant, rl, self.now()) if rl is not None else None
+        if level is not None:
+            burst = rl.burst_tokens * (1.0 if self.fleet.healthy else self.fleet.local.share)
+            h["x-ratelimit-limit-tokens"] = str(int(burst))
+            h["x-ratelimit-remaining-tokens"] = str(max(0, int(level)))
+            h["x-ratelimit-reset-tokens"] = f"{max(0.0, (burst - level) / rl.tokens_per_s):.3f}s"
+            h["x-tokenfair-ratelimit-scope"] = "fleet" if self.fleet.healthy else "local-share"
+        return h
+
     # ------------------------------------------------------------------ views
     def health(self) -> tuple[bool, dict]:
         ok, info = super().health()
-        st = self.fleet.status()
+        st = {**self.fleet.status(), **self.sync.status()}
         own = self._contract_tag()
         st["contract_here"] = own
         st["contract_matches"] = st["contract"] in (None, own)
@@ -185,6 +228,12 @@ class FleetGateway(Gateway):
              one(st["journal_ops"])),
             ("tokenfair_fleet_degraded_total", "Times this gateway fell back to local state", (),
              one(st["times_degraded"])),
+            ("tokenfair_fleet_view_age_seconds", "Age of the shared view (fleet buckets, shares, contract) in use here",
+             (), one(self.now() - self.sync.view.read_s if self.sync.view is not None else -1.0)),
+            ("tokenfair_fleet_contract_matches", "1 while this gateway's contract is the fleet's live contract", (),
+             one(self.sync.contracts.fleet_tag in ("", self._contract_tag()))),
+            ("tokenfair_fleet_contracts_adopted_total", "Contract changes adopted from the fleet", (),
+             one(self.sync.contracts.num_adopted)),
             ("tokenfair_fleet_refusals", "Dispatch asks the fleet store refused, by reason (window, concurrency, "
              "rate, ahead)", ("reason",), {(k,): float(v) for k, v in sorted(self.fleet.refusals.items())}),
             ("tokenfair_fleet_backend_leases", "Requests in flight per backend, fleet-wide (leases)", ("backend",),

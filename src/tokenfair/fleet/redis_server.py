@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 STARTUP_TIMEOUT_S = 10.0
+MAX_SOCKET_PATH = 100          # sun_path holds 108 bytes on Linux
 
 
 def redis_server_path() -> str | None:
@@ -27,9 +28,11 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """One ``redis-server`` on 127.0.0.1:``port`` with its files under ``folder``."""
+    """One ``redis-server`` on 127.0.0.1:``port`` (and ``folder``/redis.sock with
+    ``unix_socket``) with its files under ``folder``."""
 
-    def __init__(self, folder: str | Path, port: int | None = None, persist: bool = True) -> None:
+    def __init__(self, folder: str | Path, port: int | None = None, persist: bool = True,
+                 unix_socket: bool = False) -> None:
         binary = redis_server_path()
         if binary is None:
             raise FileNotFoundError("redis-server not found: install Debian's redis-server "
@@ -39,17 +42,31 @@ class RedisServer:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.persist = persist
+        self.unix_socket = unix_socket      # also listen on folder/redis.sock; ``url`` names it
         self.proc: subprocess.Popen | None = None
 
     @property
-    def url(self) -> str:
+    def socket_path(self) -> Path:
+        return self.folder / "redis.sock"
+
+    @property
+    def tcp_url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket_path}?db=0" if self.unix_socket else self.tcp_url
 
     def start(self) -> "RedisServer":
         args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.folder),
                 "--save", "", "--protected-mode", "yes", "--daemonize", "no", "--loglevel", "warning"]
         if self.persist:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
+        if self.unix_socket:
+            if len(str(self.socket_path)) > MAX_SOCKET_PATH:
+                raise ValueError(f"unix socket path {self.socket_path} is over {MAX_SOCKET_PATH} characters; "
+                                 "use a shorter folder")
+            args += ["--unixsocket", str(self.socket_path), "--unixsocketperm", "700"]
         log = open(self.folder / "redis.log", "ab")
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
@@ -57,7 +74,7 @@ class RedisServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"redis-server exited with {self.proc.returncode}; see {self.folder}/redis.log")
-            if self._answers():
+            if self._answers() and (not self.unix_socket or self.socket_path.exists()):
                 return self
             time.sleep(0.02)
         self.stop()

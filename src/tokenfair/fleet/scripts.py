@@ -12,6 +12,9 @@ Keys, all under the prefix ``tf:{fleet}`` (``P``)::
   P:backends  set    backend names seen
   P:charged, P:served, P:dispatched, P:completed
               hashes tenant -> predicted cost charged / actual cost served / counts
+  P:svc       hash   tenant -> service: predicted cost at dispatch, corrected to the actual
+              cost at completion (what the shared recent shares are computed from)
+  P:svck      hash   class -> the same per class
   P:served_tc, P:dispatched_tc
               hashes "tenant|class" -> actual cost served / dispatches
   P:op:{id}   string an applied op (a dispatch kept 6 h, a completion 1 h): a replayed op is
@@ -19,8 +22,13 @@ Keys, all under the prefix ``tf:{fleet}`` (``P``)::
   P:gw        zset   gateway -> last heartbeat time
   P:q:{g}     hash   tenant -> waiting requests at gateway g (expires with g's heartbeat)
   P:gwinfo    hash   gateway -> "contract|running|time"
-  P:contract  string the first contract tag published (version@hash)
-  channel P:wake     a dispatch or completion happened (message: "backend|leases on it")
+  P:contract  string the fleet's live contract tag (version@hash; ``sync_scripts.py``)
+  P:contract_text, P:contract_seq
+              string the live contract as JSON, and a counter bumped at every publication
+  P:qc:{g}    hash   tenant -> predicted cost waiting at gateway g (expires with g's view)
+  P:wantwake  string set (for a lease TTL) by every refused dispatch: some gateway waits
+  channel P:wake     a dispatch or completion happened while P:wantwake is set (message:
+                     "backend|leases on it"), or a contract was published ("contract|seq")
 
 The scripts name their keys through ARGV (the prefix), which standalone Redis allows (not
 Redis Cluster).  Times are Redis ``TIME`` (one clock for every gateway) unless a test passes
@@ -42,6 +50,13 @@ end
 local function with_tags(out)
   for _, x in ipairs(redis.call('HGETALL', P .. ':S')) do out[#out + 1] = x end
   return out
+end
+local function wake(backend, lb)
+  -- only while some gateway waits for room (a refusal in the last lease TTL): unsaturated,
+  -- a dispatch or completion sends nobody a message
+  if redis.call('EXISTS', P .. ':wantwake') == 1 then
+    redis.call('PUBLISH', P .. ':wake', backend .. '|' .. redis.call('ZCARD', lb))
+  end
 end
 local function bucket_level(tenant, rate, burst, now)
   local b = tonumber(redis.call('HGET', P .. ':bk', tenant))
@@ -72,6 +87,7 @@ local S = math.max(num(redis.call('HGET', P .. ':S', tenant), 0), V - credit / w
 local level = 0
 if rate > 0 then level = bucket_level(tenant, rate, burst, now) end
 local function refuse(reason, retry)
+  redis.call('SET', P .. ':wantwake', '1', 'PX', math.floor(ttl * 1000))
   return with_tags({'refused', reason, fmt(V), redis.call('ZCARD', lb), fmt(retry)})
 end
 if not force then
@@ -120,11 +136,13 @@ redis.call('ZADD', lb, now + ttl, lease)
 redis.call('ZADD', lt, now + ttl, lease)
 redis.call('SADD', P .. ':backends', backend)
 redis.call('HINCRBYFLOAT', P .. ':charged', tenant, cpred)
+redis.call('HINCRBYFLOAT', P .. ':svc', tenant, cpred)
+redis.call('HINCRBYFLOAT', P .. ':svck', ARGV[18], cpred)
 redis.call('HINCRBY', P .. ':dispatched', tenant, 1)
 redis.call('HINCRBY', P .. ':dispatched_tc', tenant .. '|' .. ARGV[18], 1)
 redis.call('HDEL', P .. ':blk', tenant)
 redis.call('SET', opkey, '1', 'EX', 21600)
-redis.call('PUBLISH', P .. ':wake', backend .. '|' .. redis.call('ZCARD', lb))
+wake(backend, lb)
 return with_tags({'ok', '', fmt(V), redis.call('ZCARD', lb), '0'})
 """
 
@@ -158,11 +176,13 @@ end
 redis.call('ZREM', lb, lease)
 redis.call('ZREM', P .. ':lt:' .. tenant, lease)
 redis.call('HINCRBYFLOAT', P .. ':served', tenant, actual)
+redis.call('HINCRBYFLOAT', P .. ':svc', tenant, actual - cpred)
+redis.call('HINCRBYFLOAT', P .. ':svck', ARGV[15] or '', actual - cpred)
 redis.call('HINCRBYFLOAT', P .. ':served_tc', tenant .. '|' .. (ARGV[15] or ''), actual)
 redis.call('HINCRBY', P .. ':completed', tenant, 1)
 redis.call('HDEL', P .. ':blk', tenant)
 redis.call('SET', opkey, '1', 'EX', 3600)
-redis.call('PUBLISH', P .. ':wake', backend .. '|' .. redis.call('ZCARD', lb))
+wake(backend, lb)
 return with_tags({'ok', '', fmt(V), redis.call('ZCARD', lb), '0'})
 """
 

@@ -73,6 +73,12 @@ class Policy:
         self.pool = pool
         self.predictor = predictor
 
+    def on_contract_change(self, contract: Contract, now: float) -> None:
+        """A live contract change (serve/contract_live.py): new requests follow ``contract``;
+        queued and running ones are neither moved nor ended.  A policy that derived state
+        from the contract at :meth:`bind` derives it again here."""
+        self.contract = contract
+
     def can_fast_forward(self) -> bool:
         """``supports_fast_forward``, unless this policy's configuration rules it out."""
         return self.supports_fast_forward

@@ -33,6 +33,7 @@ from ..contracts.contract import ContractError, parse_contract
 from ..evaluation.thresholds import Thresholds, load_thresholds
 from .auth import KeyRing
 from .canary import Canary
+from .contract_events import ContractEventLog
 from .contract_live import LiveContract
 from .errors import ServiceError
 
@@ -42,8 +43,9 @@ MAX_CONTRACT_BYTES = 1 << 20
 
 
 def configure_live(service, *, contract_path: str | Path | None = None, admin_key_sha256: str | None = None,
-                   thresholds: Thresholds | None = None) -> LiveContract:
-    """Attach a :class:`LiveContract` to ``service`` (before :func:`create_app`)."""
+                   thresholds: Thresholds | None = None, store: str | Path | None = None) -> LiveContract:
+    """Attach a :class:`LiveContract` to ``service`` (before :func:`create_app`); with ``store``
+    its change log is kept in ``store/live.jsonl`` (serve/contract_events.py)."""
     digest = admin_key_sha256.strip().lower() if admin_key_sha256 else None
     if digest is not None:
         if len(digest) != 64 or any(ch not in "0123456789abcdef" for ch in digest):
@@ -51,7 +53,8 @@ def configure_live(service, *, contract_path: str | Path | None = None, admin_ke
                              "(python -c \"import hashlib;print(hashlib.sha256(b'KEY').hexdigest())\")")
         if digest in service.keyring.by_hash:
             raise ValueError("--admin-key-sha256 is also a tenant's key; the admin key must differ from every tenant key")
-    live = LiveContract(service, contract_path)
+    event_log = ContractEventLog(store, service.mode) if store is not None else None
+    live = LiveContract(service, contract_path, event_log)
     live.admin_key_sha256 = digest
     live.thresholds = thresholds if thresholds is not None else load_thresholds()
     service.live = live

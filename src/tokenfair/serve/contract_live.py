@@ -3,20 +3,29 @@
 A change (``POST /admin/contract``, SIGHUP re-reading ``--contract``, a canary's automatic
 rollback, ``POST /admin/contract/rollback``) is decided, then applied:
 
-  decide  the new contract is validated (pydantic, as at start-up) and checked for what a
-          running scheduler cannot take live (:func:`live_change_error`: which classes have
-          a min_share, the cost weights); its key ring is built (a key listed for two
-          tenants is an error).  Any error refuses the change and the last good contract
-          stays in force;
+  decide  the new contract is validated (pydantic, as at start-up) and its key ring is
+          built (a key listed for two tenants is an error).  Any error refuses the change
+          and the last good contract stays in force;
   apply   under the service's policy lock: the service's, the scheduler's and the policy's
-          contract references are swapped and every known tenant's state takes its new spec
-          (weight, min share, limits).  Nothing queued or running is aborted: requests keep
-          the class parameters they were admitted with; new requests use the new version.
+          contract references are swapped and the policy re-derives what it keeps of the
+          contract (``Policy.on_contract_change``; the fair policy: cost weights, WFQ credit,
+          grace, headroom, preemption, every known tenant's spec and weight, the min-share
+          classes' reservation queues, sched/fair/rebind.py; vtc: the tenants' weights).
+          Every field takes effect for what is decided from then on -- engine budgets at the
+          next step, classes, keys, limits, costs at the next request or token.  Nothing
+          queued or running is aborted: requests keep the class parameters they were
+          admitted with (priority, max wait, SLOs, deadline); new requests use the new
+          version.  A cost change prices the tokens served from then on; charges already
+          made stay.  A lower ``engine.max_running`` stops admissions until the running
+          requests fall below it; none is evicted for it.
 
 Tenants removed from the contract: their queued and running requests go on under the
-default template; their keys stop authenticating, with a clear refusal (401
-``tenant_removed`` naming the version that removed them).  A key names one tenant, so a
-contract cannot list keys under ``default_tenant``: to keep serving a tenant, keep it.
+default template; their keys, as the new contract's ``removed_tenants`` says, stop
+authenticating with a clear refusal (``reject``, the default: 401 ``tenant_removed`` naming
+the version that removed them) or go on authenticating the tenant, now served under
+``default_tenant`` (``default_template``; until the service restarts, when only the
+contract's own keys are known).  A key names one tenant, so a contract cannot list keys under
+``default_tenant``.
 
 Every response carries ``x-tokenfair-contract: VERSION@HASH``; every record names the version
 that admitted the request (``contract_version``).
@@ -40,50 +49,6 @@ def label_of(c: Contract) -> str:
     return f"{c.version}@{c.content_hash}"
 
 
-def live_change_error(old: Contract, new: Contract) -> str | None:
-    """Why ``new`` cannot replace ``old`` in a running scheduler (None: it can)."""
-    mins = lambda c: sorted(k for k, s in c.classes.items() if s.min_share > 0)  # noqa: E731
-    if mins(old) != mins(new):
-        return (f"the classes with a min_share change ({mins(old)} -> {mins(new)}); a running scheduler keeps "
-                f"one reservation queue per such class: restart the service to change which classes have one")
-    if old.costs != new.costs:
-        return "the cost weights (costs) change; charges already made would mix two units: restart the service"
-    return None
-
-
-def rebind_policy(policy, new: Contract) -> None:
-    """Point ``policy`` at ``new``: tenants take their new specs; queued work is untouched."""
-    policy.contract = new
-    tenants = getattr(policy, "tenants", None)
-    if not isinstance(tenants, dict):
-        return              # fifo / sjf / priority / vtc read the contract when they meet a tenant
-    adm = policy.admission
-    adm.contract = new
-    adm.max_running = new.engine.max_running
-    policy.preemption.spec = new.preemption
-    for name, t in tenants.items():
-        spec = new.tenant(name)
-        old_w = t.weight
-        rl = spec.rate_limit
-        if rl is None:
-            t.bucket = 0.0
-        elif t.spec.rate_limit is None:
-            t.bucket = rl.burst_tokens
-        else:
-            t.bucket = min(t.bucket, rl.burst_tokens)
-        t.spec, t.weight = spec, spec.weight
-        policy.total_weight += spec.weight - old_w
-        if t.active:
-            policy.active_weight += spec.weight - old_w
-    policy.guaranteed = [t for t in tenants.values() if t.spec.min_share > 0]
-    policy.rate_limited = [t for t in tenants.values() if t.spec.rate_limit is not None]
-    adm.owners = [t for t in tenants.values() if adm.reserved_slots(t) > 0]
-    policy.class_min = {k: s.min_share for k, s in new.classes.items() if s.min_share > 0}
-    policy.headroom_slots = int(new.admission.headroom_slot_fraction * new.engine.max_running)
-    policy.headroom_blocks = int(new.admission.headroom_kv_fraction * policy.pool.num_blocks)
-    # the reservations cached by the fair policy are recomputed at its next on_step_end
-
-
 class LiveKeyRing(KeyRing):
     """The new contract's keys, and a clear refusal for the keys of tenants it removed."""
 
@@ -92,6 +57,7 @@ class LiveKeyRing(KeyRing):
         super().__init__(contract, anonymous_tenant)
         self.removed: dict[str, str] = {}
         self.version = contract.version
+        self.keep_removed = contract.removed_tenants == "default_template"
         if previous is None:
             return
         old = dict(previous.by_hash) | dict(getattr(previous, "removed", {}))
@@ -108,6 +74,8 @@ class LiveKeyRing(KeyRing):
             gone = self.removed.get(hash_key(key)) if key is not None else None
             if gone is None:
                 raise
+            if self.keep_removed:
+                return gone                 # served under default_tenant (contract.tenant(gone))
             raise AuthError(f"tenant_removed: tenant {gone!r} is not in contract version "
                             f"{self.version!r}") from None
 
@@ -130,12 +98,19 @@ class ContractEvent:
 class LiveContract:
     """The service's contract in force, the versions before it, and the change log."""
 
-    def __init__(self, service, path: str | Path | None = None) -> None:
+    def __init__(self, service, path: str | Path | None = None, log=None) -> None:
         self.service = service
         self.path = Path(path) if path is not None else None
+        self.log = log                      # serve/contract_events.ContractEventLog, or None (memory only)
         self.previous: list[Contract] = []
         self.events: list[ContractEvent] = []
         self.canary = None                  # the running canary (serve/canary.py), if any
+        if log is not None:                 # the changes before this start, from the store's live log
+            from .contract_events import read_live_log
+            self.events = [ContractEvent(d["event"], d["version"], float(d["time_s"]), d.get("reason", ""),
+                                         d.get("detail") or {}) for d in read_live_log(log.path)[-MAX_EVENTS:]]
+            log.keep_version(self.contract)
+        self.on_apply: list = []            # callables (contract, event) run after each applied change
         self.note("start", "the contract the service started with")
 
     @property
@@ -150,14 +125,21 @@ class LiveContract:
         ev = ContractEvent(event, self.label, time.time(), reason, detail)
         self.events.append(ev)
         del self.events[:-MAX_EVENTS]
+        if self.log is not None:
+            try:
+                self.log.append(ev.as_dict())
+            except OSError as err:          # a full disk must not stop a contract change
+                log.error("contract log %s not written: %s", self.log.path, err)
         log.warning("contract %s: %s %s", event, ev.version, reason)
         return ev
 
     def decide(self, new: Contract) -> LiveKeyRing:
         """The key ring for ``new``; raises ContractError when it cannot go live."""
-        why = live_change_error(self.contract, new)
-        if why is not None:
-            raise ContractError(f"contract {label_of(new)} refused: {why}")
+        if self.log is not None:
+            try:
+                self.log.check_version(new)
+            except ContractError as err:
+                raise ContractError(f"contract {label_of(new)} refused: {err}") from None
         try:
             return LiveKeyRing(new, self.service.keyring, self.service.keyring.anonymous_tenant)
         except ValueError as err:
@@ -174,13 +156,24 @@ class LiveContract:
             sched = getattr(svc, "sched", None)
             if sched is not None:
                 sched.contract = new
-            rebind_policy(svc.policy, new)
+            # every field holds for what the policy decides from now on; queued and running
+            # work is untouched (sched/policy.py on_contract_change, sched/fair/rebind.py)
+            svc.policy.on_contract_change(new, svc.now())
             svc.contract = new
             svc.keyring = ring
             svc.metrics.contract = new
+            svc.metrics.classes |= set(new.classes)      # a class added live gets its own label
         if push and label_of(old) != label_of(new):
             self.previous.append(old)
-        return self.note(event, reason, previous=label_of(old))
+        if self.log is not None:
+            try:
+                self.log.keep_version(new)
+            except OSError as err:
+                log.error("contract store %s: version not recorded: %s", self.log.store.root, err)
+        ev = self.note(event, reason, previous=label_of(old))
+        for hook in self.on_apply:          # e.g. a fleet gateway publishes the change (fleet/contract_sync.py)
+            hook(new, event)
+        return ev
 
     def refuse(self, err: Exception, source: str) -> ContractEvent:
         return self.note("refused", f"{source}: {err}")

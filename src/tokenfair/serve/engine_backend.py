@@ -62,7 +62,7 @@ class EngineBackend(EngineWorker, Service):
     def __init__(self, contract: Contract, keyring: KeyRing, engine, profile: Profile, *, policy: str = "fair",
                  served_model: str | None = None, max_tokens_default: int = 256,
                  records: RecordSink | None = None, max_tenant_labels: int = 20) -> None:
-        from ..engine.real import model_name
+        from ..engine.setup import model_name
         super().__init__(contract, keyring, records=records, max_tenant_labels=max_tenant_labels)
         self.engine = engine
         self.loaded = engine.loaded
@@ -184,7 +184,7 @@ class EngineBackend(EngineWorker, Service):
             raise self.refuse(req, refusal[0], now, endpoint=g.kind, param=refusal[1])
 
     def submit(self, g: GenRequest) -> ServeJob:
-        from ..engine.real import GenerationPayload
+        from ..engine.sequence import GenerationPayload
 
         body = g.body
         self._check_model(g)
@@ -218,7 +218,7 @@ class EngineBackend(EngineWorker, Service):
                 raise self.refuse(req, door[0], now, retry_after=door[1], endpoint=g.kind)
             self.sched.add_request(req, now)
             if req.status is Status.REJECTED:
-                self.sched.ended = [r for r in self.sched.ended if r is not req]
+                self.sched.forget_ended(req)
                 raise self.refuse(req, req.reason, now, endpoint=g.kind)
             self.jobs[req.request_id] = job
             self._adds.append(req)
@@ -267,7 +267,7 @@ def build_engine_service(model: str, contract: Contract, keyring: KeyRing, *, th
                          max_tokens_default: int = 256, records: RecordSink | None = None,
                          seed: int = 0, max_tenant_labels: int = 20) -> EngineBackend:
     """Load ``model`` ("default", a .gguf file or an HF folder) and wrap it in a service."""
-    from ..engine.real import make_real_setup
+    from ..engine.setup import make_real_setup
 
     make_policy(policy)      # fail early on a bad policy name
     num_blocks = None if kv_tokens is None else max(1, kv_tokens // block_size)

@@ -10,11 +10,11 @@ gateway's state (``client``, ``policy``, ``jobs``, ``running``, ``wake``, ...) a
 from __future__ import annotations
 
 import asyncio
-import json
 
 import httpx
 
 from ..core.request import Request, Status
+from .sse_read import data_chunks
 from .gateway_errors import BackendError, parse_backend_error
 from .gateway_health import timed_lines
 from .backend_identity import tag_body
@@ -99,54 +99,58 @@ class BackendClient:
                 if resp.status_code != 200:
                     await self._backend_refused(job, b, resp)
                     return
-                async for line in timed_lines(resp.aiter_lines(), cfg.first_token_timeout_s,
-                                              cfg.inter_chunk_timeout_s, lambda: req.num_output > 0):
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    try:
-                        chunk = json.loads(data)
-                    except json.JSONDecodeError:
-                        continue
-                    if "error" in chunk:
-                        err = parse_backend_error(0, chunk["error"] if isinstance(chunk["error"], dict)
-                                                  else {"message": str(chunk["error"])})
-                        raise _StreamError(f"{err.code or 'backend_error'}: {b.name}: {err.message}", err)
-                    m = chunk.get("model")
-                    if m:
-                        if not job.model:
-                            job.model = m
-                        if m not in b.models:
-                            b.models.append(m)
-                    if chunk.get("usage"):
-                        usage = chunk["usage"]
-                    for c in chunk.get("choices") or []:
-                        text = (c.get("delta") or {}).get("content") if chat else c.get("text")
-                        if text:
-                            self._on_token(job, b, text)
-                        if c.get("finish_reason"):
-                            finish_reason = c["finish_reason"]
+                lines = timed_lines(resp.aiter_lines(), cfg.first_token_timeout_s, cfg.inter_chunk_timeout_s,
+                                    lambda: req.num_output > 0)
+                async for chunk in data_chunks(lines):
+                    usage, finish_reason = self._take_chunk(job, b, chunk, chat, usage, finish_reason)
             self._on_complete(job, b, usage, finish_reason, prompt_est)
         except (httpx.ConnectError, httpx.ConnectTimeout) as err:
             self._mark_down(b, f"{type(err).__name__}")
             b.window.on_overload(job.released_s, self.now())
             self._requeue_or_fail(job, b, f"backend_unavailable: {b.name}: {type(err).__name__}", 503)
         except (_StreamError, httpx.HTTPError) as err:
-            b.errors += 1
-            if isinstance(err, httpx.TimeoutException):
-                self._suspect(b, f"{type(err).__name__}: {err}")
-            reason = str(err) if isinstance(err, _StreamError) else f"backend_error: {b.name}: {type(err).__name__}: {err}"
-            if isinstance(err, _StreamError) and not err.error.retry:
-                code = err.error.code or "backend_error"
-                self._end(job, Status.FAILED, reason, Failed(502, err.error.message, code, param=err.error.param),
-                          http_status=502)
-            elif req.num_output == 0:
-                self._requeue_or_fail(job, b, reason, 502)
-            else:
-                self._end(job, Status.FAILED, reason, Failed(502, f"request failed: {reason}", "backend_error"),
-                          http_status=502)
+            self._stream_failed(job, b, err)
+
+    def _take_chunk(self, job: GatewayJob, b: Backend, chunk: dict, chat: bool, usage, finish_reason):
+        """One streamed chunk: an error chunk raises; tokens go to the client; returns the
+        (usage, finish reason) seen so far."""
+        if "error" in chunk:
+            err = parse_backend_error(0, chunk["error"] if isinstance(chunk["error"], dict)
+                                      else {"message": str(chunk["error"])})
+            raise _StreamError(f"{err.code or 'backend_error'}: {b.name}: {err.message}", err)
+        m = chunk.get("model")
+        if m:
+            if not job.model:
+                job.model = m
+            if m not in b.models:
+                b.models.append(m)
+        if chunk.get("usage"):
+            usage = chunk["usage"]
+        for c in chunk.get("choices") or []:
+            text = (c.get("delta") or {}).get("content") if chat else c.get("text")
+            if text:
+                self._on_token(job, b, text)
+            if c.get("finish_reason"):
+                finish_reason = c["finish_reason"]
+        return usage, finish_reason
+
+    def _stream_failed(self, job: GatewayJob, b: Backend, err: Exception) -> None:
+        """A backend error mid-request: not retried when the backend says a retry cannot help,
+        re-queued when nothing reached the client yet, else failed."""
+        req = job.req
+        b.errors += 1
+        if isinstance(err, httpx.TimeoutException):
+            self._suspect(b, f"{type(err).__name__}: {err}")
+        reason = str(err) if isinstance(err, _StreamError) else f"backend_error: {b.name}: {type(err).__name__}: {err}"
+        if isinstance(err, _StreamError) and not err.error.retry:
+            code = err.error.code or "backend_error"
+            self._end(job, Status.FAILED, reason, Failed(502, err.error.message, code, param=err.error.param),
+                      http_status=502)
+        elif req.num_output == 0:
+            self._requeue_or_fail(job, b, reason, 502)
+        else:
+            self._end(job, Status.FAILED, reason, Failed(502, f"request failed: {reason}", "backend_error"),
+                      http_status=502)
 
     def _proxy_done(self, job: GatewayJob, b: Backend, tokens: int, task: asyncio.Task) -> None:
         """Always runs, even for a task cancelled before it started: release the window slot

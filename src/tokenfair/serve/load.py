@@ -29,10 +29,7 @@ token's arrival), so ``metrics.summarize`` computes the same fairness metrics as
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-import zlib
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -43,19 +40,8 @@ import yaml
 
 from ..contracts.contract import Contract
 from ..workloads.workload import TraceRow
-
-WORDS = ("the be to of and a in that have it for not on with he as you do at this but his by from they we say "
-         "her she or an will my one all would there their what so up out if about who get which go me when "
-         "make can like time no just him know take people into year your good some could them see other than "
-         "then now look only come its over think also back after use two how our work first well way even new "
-         "want because any these give day most us").split()
-
-
-def synth_prompt(n_tokens: int, request_id: str, seed: int = 0) -> str:
-    rng = np.random.default_rng([seed, zlib.crc32(request_id.encode())])
-    idx = rng.integers(0, len(WORDS), size=max(1, n_tokens))
-    return " ".join(WORDS[i] for i in idx)
-
+from .load_request import load_record, request_of, stream_once
+from .load_timeline import build_timeline
 
 def load_keys(path: str | Path) -> dict[str, str]:
     """tenant -> API key from a YAML or JSON mapping."""
@@ -119,29 +105,6 @@ class LoadResult:
     model: str | None
 
 
-REJECT_HTTP = {400, 403, 404, 413, 429, 503}
-
-
-def reason_of(code: str, message: str) -> str:
-    """``code: message``, the code once: a server's message often starts with its code
-    (``overloaded: ...``) or carries it after a prefix (``request failed: shutdown: ...``)."""
-    message = str(message or "").strip()
-    at = message.find(f"{code}:")
-    if at >= 0:
-        return message[at:]
-    return f"{code}: {message}".strip() if message else code
-
-
-def _status_for(http: int, code: str | None) -> str:
-    if code and code.startswith("deadline"):
-        return "expired"
-    if http == 504:
-        return "expired"
-    if http in REJECT_HTTP:
-        return "rejected"
-    return "failed"
-
-
 def key_for(keys: dict[str, str], tenant: str) -> str:
     k = keys.get(tenant, keys.get("*"))
     if k is None:
@@ -190,138 +153,16 @@ async def replay(rows: Sequence[TraceRow], cfg: LoadConfig, contract: Contract) 
             delay = due - now()
             if delay > 0:
                 await asyncio.sleep(delay)
-            prompt = synth_prompt(row.prompt_tokens, row.request_id, cfg.seed)
-            body: dict = {"max_tokens": row.output_tokens, "stream": True, "stream_options": {"include_usage": True}}
-            if cfg.ignore_eos:
-                body["ignore_eos"] = True
-            if model:
-                body["model"] = model
-            if chat:
-                body["messages"] = [{"role": "user", "content": prompt}]
-            else:
-                body["prompt"] = prompt
-            headers = {"authorization": f"Bearer {key_for(cfg.keys, row.tenant)}"}
-            if row.klass:
-                headers["x-tokenfair-class"] = row.klass
-            if row.deadline_s is not None:
-                headers["x-tokenfair-deadline-s"] = repr(row.deadline_s)
-            if row.priority is not None:
-                headers["x-tokenfair-priority"] = repr(row.priority)
+            body, headers = request_of(row, cfg, model, chat, key_for(cfg.keys, row.tenant))
             sent = now()
-            stamps: list[float] = []
-            usage = None
-            http, code, message = 0, None, ""
-            stream_error = None
-            try:
-                async with client.stream("POST", url_of[row.request_id] + path, json=body, headers=headers) as resp:
-                    http = resp.status_code
-                    if http != 200:
-                        raw = await resp.aread()
-                        try:
-                            err = json.loads(raw).get("error") or {}
-                            code, message = err.get("code"), err.get("message", "")
-                        except (ValueError, AttributeError):
-                            message = raw[:200].decode(errors="replace")
-                    else:
-                        async for line in resp.aiter_lines():
-                            if not line.startswith("data:"):
-                                continue
-                            data = line[5:].strip()
-                            if data == "[DONE]":
-                                break
-                            try:
-                                chunk = json.loads(data)
-                            except ValueError:
-                                continue
-                            if "error" in chunk:
-                                err = chunk["error"] if isinstance(chunk["error"], dict) else {"message": str(chunk["error"])}
-                                stream_error = err
-                                break
-                            if chunk.get("usage"):
-                                usage = chunk["usage"]
-                            for c in chunk.get("choices") or []:
-                                text = (c.get("delta") or {}).get("content") if chat else c.get("text")
-                                if text:
-                                    stamps.append(now())
-            except httpx.TimeoutException as err:
-                http, code, message = 0, "timeout", f"{type(err).__name__} after {cfg.timeout_s}s"
-            except httpx.HTTPError as err:
-                http, code, message = 0, "connection_error", f"{type(err).__name__}: {err}"
-            end = now()
-            if http == 200 and stream_error is None:
-                status, reason = "finished", "completed"
-            elif stream_error is not None:
-                code = stream_error.get("code") or "stream_error"
-                status, reason = _status_for(504 if str(code).startswith("deadline") else 0, code), \
-                    reason_of(code, stream_error.get("message", ""))
-            else:
-                status, reason = _status_for(http, code), reason_of(code or f"http_{http}", message)
-            n_out = int(usage["completion_tokens"]) if usage and usage.get("completion_tokens") is not None else len(stamps)
-            prompt_tokens = int(usage["prompt_tokens"]) if usage and usage.get("prompt_tokens") else row.prompt_tokens
-            first = stamps[0] if stamps else None
-            if first is None and n_out > 0 and status == "finished":
-                first = end
-            klass = contract.class_for(row.tenant, row.klass) or row.klass or contract.default_class
-            spec = contract.classes.get(klass)
-            rel_deadline = row.deadline_s
-            if spec is not None and spec.deadline_s is not None:
-                rel_deadline = max(spec.deadline_s, row.deadline_s or 0.0)
-            stamps_of[row.request_id] = stamps
-            return {
-                "request_id": row.request_id, "tenant": row.tenant, "class": klass, "arrival_s": sent,
-                "scheduled_s": first, "first_token_s": first, "finish_s": end,
-                "prompt_tokens": prompt_tokens, "output_tokens": n_out if status == "finished" else len(stamps),
-                "status": status, "reason": reason, "preemptions": 0,
-                "deadline_s": None if rel_deadline is None else sent + rel_deadline,
-                "recomputed_tokens": 0, "swapped_bytes": 0, "predicted_output_tokens": None,
-                "max_wait_s": spec.max_wait_s if spec else None,
-                "ttft_slo_s": spec.ttft_slo_s if spec else None, "tpot_slo_s": spec.tpot_slo_s if spec else None,
-                "mode": "load", "endpoint": "chat" if chat else "completion", "http_status": http,
-                "trace_prompt_tokens": row.prompt_tokens, "trace_output_tokens": row.output_tokens,
-                "send_lag_s": max(0.0, sent - due), "url": url_of[row.request_id],
-            }
+            got = await stream_once(client, url_of[row.request_id] + path, body, headers, chat, now, cfg.timeout_s)
+            stamps_of[row.request_id] = got.stamps
+            return load_record(row, contract, got, sent=sent, due=due, end=now(), chat=chat,
+                               url=url_of[row.request_id])
 
         records = await asyncio.gather(*(one(r) for r in rows))
         wall = now()
     return LoadResult(list(records), build_timeline(list(records), stamps_of, contract), wall, model)
-
-
-def build_timeline(records: list[dict], stamps_of: dict[str, list[float]], contract: Contract,
-                   bucket_s: float = 1.0) -> dict:
-    """Recorder.to_json()-shaped timeline from client-side token times (1 s buckets): the
-    prompt's cost at the first token, one decode cost per streamed text chunk at its
-    arrival, and output tokens beyond the chunk count (``usage``) at the finish."""
-    wp, wd = contract.costs.prefill_token, contract.costs.decode_token
-    ts: dict = defaultdict(lambda: defaultdict(float))
-    cs: dict = defaultdict(lambda: defaultdict(float))
-    tokens: dict = defaultdict(int)
-    running: dict = defaultdict(int)
-    for r in records:
-        if r["first_token_s"] is None:
-            continue
-        b0 = int(r["first_token_s"] // bucket_s)
-        ts[r["tenant"]][b0] += wp * r["prompt_tokens"]
-        cs[r["class"]][b0] += wp * r["prompt_tokens"]
-        tokens[b0] += r["prompt_tokens"]
-        stamps = list(stamps_of.get(r["request_id"], ()))[: r["output_tokens"]]
-        stamps += [r["finish_s"]] * (r["output_tokens"] - len(stamps))
-        for t in stamps:
-            b = int(t // bucket_s)
-            ts[r["tenant"]][b] += wd
-            cs[r["class"]][b] += wd
-            tokens[b] += 1
-        t1 = r["finish_s"]
-        for b in range(int(r["arrival_s"] // bucket_s), int(t1 // bucket_s) + 1):
-            running[b] += 1
-    span = max((r["finish_s"] for r in records if r["finish_s"] is not None), default=0.0)
-    return {
-        "bucket_s": bucket_s,
-        "tenant_service": {t: dict(sorted(v.items())) for t, v in ts.items()},
-        "class_service": {c: dict(sorted(v.items())) for c, v in cs.items()},
-        "tokens": dict(sorted(tokens.items())),
-        "queue_len": {}, "running": dict(sorted(running.items())), "kv_usage": {}, "preemptions": [],
-        "num_steps": 0, "busy_s": span, "swap_s": 0.0,
-    }
 
 
 def run_load(rows: Sequence[TraceRow], cfg: LoadConfig, contract: Contract, out: str | Path | None = None,

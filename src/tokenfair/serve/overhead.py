@@ -60,6 +60,26 @@ def stop_processes(procs: list[subprocess.Popen], timeout_s: float = 10.0) -> No
             p.kill()
 
 
+async def timed_stream(client, url: str, key: str, max_tokens: int) -> tuple[float | None, float] | None:
+    """(time to first token or None, end-to-end) of one streamed completion of an 8-word
+    prompt at ``url`` (``httpx.AsyncClient`` ``client``); None when it failed."""
+    import httpx
+    start = time.perf_counter()
+    ttft = None
+    try:
+        async with client.stream("POST", url, headers={"authorization": f"Bearer {key}"},
+                                 json={"prompt": "a b c d e f g h", "max_tokens": max_tokens, "stream": True}) as r:
+            if r.status_code != 200:
+                await r.aread()
+                return None
+            async for line in r.aiter_lines():
+                if ttft is None and line.startswith("data: ") and '" t0"' in line:
+                    ttft = time.perf_counter() - start
+    except httpx.HTTPError:
+        return None
+    return ttft, time.perf_counter() - start
+
+
 async def _client(args, gw_url: str, be_url: str, key: str) -> dict:
     import httpx
 
@@ -73,24 +93,11 @@ async def _client(args, gw_url: str, be_url: str, key: str) -> dict:
         async def one(at: float, path: str) -> None:
             await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
             url = (gw_url if path == "gateway" else be_url) + "/v1/completions"
-            start = time.perf_counter()
-            ttft = None
-            try:
-                async with client.stream("POST", url, headers={"authorization": f"Bearer {key}"},
-                                         json={"prompt": "a b c d e f g h", "max_tokens": args.tokens,
-                                               "stream": True}) as r:
-                    if r.status_code != 200:
-                        errors[path] += 1
-                        await r.aread()
-                        return
-                    async for line in r.aiter_lines():
-                        if ttft is None and line.startswith("data: ") and '" t0"' in line:
-                            ttft = time.perf_counter() - start
-            except httpx.HTTPError:
+            res = await timed_stream(client, url, key, args.tokens)
+            if res is None:
                 errors[path] += 1
-                return
-            if at >= args.warmup and ttft is not None:
-                results[path].append((ttft, time.perf_counter() - start))
+            elif at >= args.warmup and res[0] is not None:
+                results[path].append(res)
 
         tasks, t = [], 0.0
         while True:

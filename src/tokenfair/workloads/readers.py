@@ -2,23 +2,13 @@
 tokenfair's own CSV/JSONL, re-exported by :mod:`tokenfair.workloads.traces`; also the
 :class:`TraceWorkload` / :class:`SkippedRow` types and the shared row helpers.
 
-Bad rows: a row a reader cannot use raises :class:`WorkloadError` naming file, line and
-field (``.../x.csv:17: field 'ContextTokens': expected an integer, got 'x'``).  With
-``skip_bad_rows=True`` the row is dropped and reported in ``TraceWorkload.skipped`` as a
-:class:`SkippedRow` ``(file, line, message)``.  A prompt or output length of 0 is a bad
-row (a ``TraceRow`` needs at least one prompt token and one generated token); none of the
-public traces has one.  Header errors and empty files always raise.
-
-``num_tenants=N`` spreads requests over tenants ``t00..t{N-1}`` with a Zipf-like
-popularity (weight of tenant i is ``1/(i+1)**zipf_s``), assigned per request in arrival
-order by ``random.Random(seed)`` -- deterministic, and the tenants differ in volume.
+Bad rows and ``skip_bad_rows``: the rules every reader keeps are in :mod:`tokenfair.workloads.traces`.
 """
 
 from __future__ import annotations
 
 import calendar
 import csv
-import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -96,16 +86,20 @@ def parse_timestamp_ns(text: str, where: str = "timestamp") -> int:
     return secs * 1_000_000_000 + int(frac)
 
 
-_AZURE_COLS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+AZURE_COLS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+
+
+def check_header(reader: csv.DictReader, columns: tuple[str, ...], path: Path, what: str) -> None:
+    missing = [c for c in columns if c not in (reader.fieldnames or [])]
+    if missing:
+        raise WorkloadError(f"{path}:1: header lacks column(s) {missing}; {what} has {list(columns)}")
 
 
 def _azure_rows(path: Path, tenant: str, skipped: list[SkippedRow] | None) -> list[tuple[int, TraceRow]]:
     out: list[tuple[int, TraceRow]] = []
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)
-        missing = [c for c in _AZURE_COLS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise WorkloadError(f"{path}:1: header lacks column(s) {missing}; an Azure trace has {list(_AZURE_COLS)}")
+        check_header(reader, AZURE_COLS, path, "an Azure trace")
         for i, d in enumerate(reader, start=2):
             where = f"{path}:{i}"
             try:
@@ -130,11 +124,11 @@ def read_azure(code_path: str | Path | None = None, conv_path: str | Path | None
     sources = [(Path(p), t) for p, t in ((code_path, "code"), (conv_path, "conv")) if p is not None]
     if not sources:
         raise WorkloadError("read_azure: give code_path, conv_path or both")
-    wl = _read_azure(sources, skip_bad_rows)
+    wl = read_azure_sources(sources, skip_bad_rows)
     return spread_tenants(wl, num_tenants, seed=seed, zipf_s=zipf_s) if num_tenants else wl
 
 
-def _read_azure(sources: list[tuple[Path, str]], skip_bad_rows: bool) -> TraceWorkload:
+def read_azure_sources(sources: list[tuple[Path, str]], skip_bad_rows: bool) -> TraceWorkload:
     skipped: list[SkippedRow] | None = [] if skip_bad_rows else None
     stamped: list[tuple[int, TraceRow]] = []
     for p, tenant in sources:
@@ -149,7 +143,7 @@ def _read_azure(sources: list[tuple[Path, str]], skip_bad_rows: bool) -> TraceWo
     return finish_workload(name, rows, skipped, ", ".join(str(p) for p, _ in sources))
 
 
-def _azure_tenant_for(path: Path) -> str:
+def azure_tenant_for(path: Path) -> str:
     m = re.search(r"_(code|conv)$", path.stem, re.IGNORECASE)
     return m.group(1).lower() if m else path.stem
 
@@ -171,12 +165,7 @@ def read_mooncake(path: str | Path, *, tenant: str = "default", skip_bad_rows: b
                 continue
             where = f"{p}:{i}"
             try:
-                try:
-                    d = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise WorkloadError(f"{where}: not valid JSON ({err.msg})") from None
-                if not isinstance(d, dict):
-                    raise WorkloadError(f"{where}: each line must be a JSON object")
+                d = json_object(line, where)
                 if d.get("timestamp") is None:
                     raise WorkloadError(f"{where}: field 'timestamp' is missing")
                 ts = parse_number(d["timestamp"], float, where, "timestamp", minimum=0)
@@ -193,7 +182,7 @@ def read_mooncake(path: str | Path, *, tenant: str = "default", skip_bad_rows: b
 
 # --- VTC multi-client trace ---------------------------------------------------------------
 
-_VTC_COLS = ("req_id", "client", "arrival_s", "prompt_len", "output_len")
+VTC_COLS = ("req_id", "client", "arrival_s", "prompt_len", "output_len")
 
 
 def read_vtc(path: str | Path, *, skip_bad_rows: bool = False, num_tenants: int | None = None,
@@ -206,9 +195,7 @@ def read_vtc(path: str | Path, *, skip_bad_rows: bool = False, num_tenants: int 
     rows: list[TraceRow] = []
     with p.open(newline="") as fh:
         reader = csv.DictReader(fh)
-        missing = [c for c in _VTC_COLS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise WorkloadError(f"{p}:1: header lacks column(s) {missing}; a VTC trace has {list(_VTC_COLS)}")
+        check_header(reader, VTC_COLS, p, "a VTC trace")
         for i, d in enumerate(reader, start=2):
             where = f"{p}:{i}"
             try:

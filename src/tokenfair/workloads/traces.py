@@ -25,7 +25,7 @@ from pathlib import Path
 
 import tokenfair.workloads.readers as _readers
 from tokenfair.workloads.readers import (
-    _AZURE_COLS, _VTC_COLS, SkippedRow, TraceWorkload, _azure_tenant_for, _read_azure, read_azure, read_mooncake,
+    AZURE_COLS, VTC_COLS, SkippedRow, TraceWorkload, azure_tenant_for, read_azure, read_azure_sources, read_mooncake,
     read_tokenfair, read_vtc,
 )
 from tokenfair.workloads.transforms import limit, remap_tenants, scale_rate, slice_time, spread_tenants, tile
@@ -75,9 +75,9 @@ def _sniff(p: Path) -> str:
             keys = set()
         return "mooncake" if {"input_length", "output_length"} <= keys else "tokenfair"
     header = {h.strip() for h in next(csv.reader([first]), [])}
-    if set(_AZURE_COLS) <= header:
+    if set(AZURE_COLS) <= header:
         return "azure"
-    if set(_VTC_COLS) <= header:
+    if set(VTC_COLS) <= header:
         return "vtc"
     return "tokenfair"
 
@@ -98,51 +98,57 @@ def load_workload(spec: str, *, seed: int = 0, skip_bad_rows: bool = False, num_
     ``rate_scale`` apply to ServeGen only; ``num_tenants`` re-spreads any workload.
     """
 
-    common = dict(skip_bad_rows=skip_bad_rows)
+    servegen = dict(duration_s=duration_s, seed=seed, max_clients=max_clients, start_window_s=start_window_s,
+                    rate_scale=rate_scale, skip_bad_rows=skip_bad_rows)
     kind, _, sub = spec.partition(":")
     kind = kind.strip().lower()
-    named = kind in ("azure", "mooncake", "vtc", "servegen")  # names win; use ./vtc for a file
     if kind == "chat":                # synthetic shared-prefix chats (tokenfair.workloads.prefix)
         from tokenfair.workloads.prefix import generate_chat, parse_chat_spec
         wl = generate_chat(parse_chat_spec(sub), seed)
-    elif named:
+    elif kind in ("azure", "mooncake", "vtc", "servegen"):     # names win; use ./vtc for a file
         root = Path(traces_dir) if traces_dir is not None else find_traces_dir()
-        sub = sub.strip().lower()
-        if kind == "azure":
-            az = root / "azure2023"
-            files = {"code": az / "AzureLLMInferenceTrace_code.csv", "conv": az / "AzureLLMInferenceTrace_conv.csv"}
-            if sub not in ("", "code", "conv"):
-                raise WorkloadError(f"unknown Azure trace {spec!r}; use azure, azure:code or azure:conv")
-            wl = read_azure(files["code"] if sub in ("", "code") else None,
-                            files["conv"] if sub in ("", "conv") else None, **common)
-        elif kind == "mooncake":
-            files = {"": "conversation", "conversation": "conversation", "conv": "conversation", "synthetic": "synthetic"}
-            if sub not in files:
-                raise WorkloadError(f"unknown Mooncake trace {spec!r}; use mooncake or mooncake:synthetic")
-            wl = read_mooncake(root / "mooncake" / f"{files[sub]}_trace.jsonl", **common)
-        elif kind == "vtc":
-            if sub:
-                raise WorkloadError(f"unknown VTC trace {spec!r}; use vtc")
-            wl = read_vtc(root / "vtc" / "real_trace.csv", **common)
-        else:
-            wl = generate_servegen(root / "servegen" / (sub or "language-m-small"), duration_s=duration_s, seed=seed,
-                                   max_clients=max_clients, start_window_s=start_window_s, rate_scale=rate_scale,
-                                   **common)
+        wl = _load_named(spec, kind, sub.strip().lower(), root, servegen)
     else:
-        p = Path(spec).expanduser()
-        if not p.exists():
-            raise WorkloadError(f"{spec}: not a trace name (azure, azure:code, azure:conv, mooncake, "
-                                f"mooncake:synthetic, vtc, servegen) and no such file")
-        fmt = _sniff(p)
-        if fmt == "azure":
-            wl = _read_azure([(p, _azure_tenant_for(p))], skip_bad_rows)
-        elif fmt == "mooncake":
-            wl = read_mooncake(p, **common)
-        elif fmt == "vtc":
-            wl = read_vtc(p, **common)
-        elif fmt == "servegen":
-            wl = generate_servegen(p, duration_s=duration_s, seed=seed, max_clients=max_clients,
-                                   start_window_s=start_window_s, rate_scale=rate_scale, **common)
-        else:
-            wl = read_tokenfair(p, **common)
+        wl = _load_path(spec, servegen)
     return spread_tenants(wl, num_tenants, seed=seed, zipf_s=zipf_s) if num_tenants else wl
+
+
+def _load_named(spec: str, kind: str, sub: str, root: Path, servegen: dict) -> TraceWorkload:
+    """A public trace by name under ``root`` (the traces folder)."""
+    common = dict(skip_bad_rows=servegen["skip_bad_rows"])
+    if kind == "azure":
+        az = root / "azure2023"
+        files = {"code": az / "AzureLLMInferenceTrace_code.csv", "conv": az / "AzureLLMInferenceTrace_conv.csv"}
+        if sub not in ("", "code", "conv"):
+            raise WorkloadError(f"unknown Azure trace {spec!r}; use azure, azure:code or azure:conv")
+        return read_azure(files["code"] if sub in ("", "code") else None,
+                          files["conv"] if sub in ("", "conv") else None, **common)
+    if kind == "mooncake":
+        files = {"": "conversation", "conversation": "conversation", "conv": "conversation", "synthetic": "synthetic"}
+        if sub not in files:
+            raise WorkloadError(f"unknown Mooncake trace {spec!r}; use mooncake or mooncake:synthetic")
+        return read_mooncake(root / "mooncake" / f"{files[sub]}_trace.jsonl", **common)
+    if kind == "vtc":
+        if sub:
+            raise WorkloadError(f"unknown VTC trace {spec!r}; use vtc")
+        return read_vtc(root / "vtc" / "real_trace.csv", **common)
+    return generate_servegen(root / "servegen" / (sub or "language-m-small"), **servegen)
+
+
+def _load_path(spec: str, servegen: dict) -> TraceWorkload:
+    """A trace file or ServeGen folder, its format sniffed."""
+    common = dict(skip_bad_rows=servegen["skip_bad_rows"])
+    p = Path(spec).expanduser()
+    if not p.exists():
+        raise WorkloadError(f"{spec}: not a trace name (azure, azure:code, azure:conv, mooncake, "
+                            f"mooncake:synthetic, vtc, servegen) and no such file")
+    fmt = _sniff(p)
+    if fmt == "azure":
+        return read_azure_sources([(p, azure_tenant_for(p))], servegen["skip_bad_rows"])
+    if fmt == "mooncake":
+        return read_mooncake(p, **common)
+    if fmt == "vtc":
+        return read_vtc(p, **common)
+    if fmt == "servegen":
+        return generate_servegen(p, **servegen)
+    return read_tokenfair(p, **common)

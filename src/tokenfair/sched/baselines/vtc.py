@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
+from ...contracts.contract import Contract
 from ...core.exactfloat import add_repeated
 from ...core.request import Request
 from .classic import VllmMechanics
@@ -76,6 +77,13 @@ class VtcPolicy(VllmMechanics):
             self._order[t] = len(self._order)
             self._weight[t] = self.contract.tenant(t).weight
         return q
+
+    def on_contract_change(self, contract: Contract, now: float) -> None:
+        """Every known tenant's weight is the new contract's: its counter grows by the new
+        ``1 / w[u]`` per unit of cost from now on (what it was charged stays)."""
+        self.contract = contract
+        for t in self._weight:
+            self._weight[t] = contract.tenant(t).weight
 
     def _push(self, t: str) -> None:
         if t not in self._in_heap:

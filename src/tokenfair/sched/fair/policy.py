@@ -37,6 +37,7 @@ from ..predictor import Predictor
 from .admission import AdmissionControl
 from .ordering import Key, LazyHeap, best_head, order_key
 from .preemption import PreemptionPolicy
+from .rebind import reclass, retenant
 from .picking import PickMixin
 from .tenant import TenantState
 from .tpot import DecodeSLOs
@@ -69,35 +70,25 @@ class FairPolicy(PickMixin):
 
     def bind(self, contract: Contract, profile: Profile, pool: BlockPool, predictor: Predictor) -> None:
         super().bind(contract, profile, pool, predictor)
-        c = contract.costs
-        # a KV occupancy charge reads every step's blocks, which a fast-forward run skips
-        self._fast_forward = c.kv_block_s == 0
-        self.wp, self.wd = c.prefill_token, c.decode_token
-        # integer cost weights keep every used cost and charge integer-valued (exact sums)
-        self._integral_costs = float(self.wp).is_integer() and float(self.wd).is_integer() and self.wd > 0
         self.admission = AdmissionControl(contract, pool)
-        self.wfq = VirtualTimeWFQ(credit=contract.engine.prefill_token_budget * max(self.wp, 1e-9))
+        self.wfq = VirtualTimeWFQ(credit=0.0)
         self.preemption = PreemptionPolicy(contract, profile)
         self.tenants = {}
         self.backlogged = {}
         self.guarantee = ServiceGuarantee()
-        waits = [k.max_wait_s for k in contract.classes.values() if k.max_wait_s is not None]
-        self.min_grace_s = min([FORCE_AFTER_S] + [FORCE_FRACTION * w for w in waits])
         self._reserve = None
         self.backlog_since_s = float("inf")
         self.guaranteed = []
         self.rate_limited = []
         self.overdue = LazyHeap()
         self.deadlines = LazyHeap()
-        self.class_min = {k: s.min_share for k, s in contract.classes.items() if s.min_share > 0}
-        self.class_heaps = {k: LazyHeap() for k in self.class_min}
-        self.class_recent = {k: 0.0 for k in self.class_min}
-        self.class_waiting = {k: 0 for k in self.class_min}
+        self.class_min = {}
+        self.class_heaps = {}
+        self.class_recent = {}
+        self.class_waiting = {}
         self.recent_total = 0.0
         self.num_queued = 0
         self.step_ewma_s = profile.step_s([], 1024, 1)
-        full = contract.engine.prefill_token_budget
-        self.prefill_rate = self.wp * full / max(profile.step_s([(full, 0)], 0, 0), 1e-9)
         self._cost = profile.cost               # the step-time arithmetic (chunk_s: batching.py)
         self._last_shaped = 0                   # the last shaped prefill budget (batching.py)
         self.first_service_s = None
@@ -111,10 +102,33 @@ class FairPolicy(PickMixin):
         self.decode_slos = DecodeSLOs()
         self._level_t = float("-inf")
         self._level_v = 0.0
+        self.on_contract_change(contract, 0.0)
+
+    def on_contract_change(self, contract: Contract, now: float) -> None:
+        """Derive from ``contract`` what the policy reads of it (at bind, and on a live change:
+        then tenants and min-share classes follow, rebind.py; nothing queued or running moves)."""
+        self.contract = contract
+        c = contract.costs
+        # a KV occupancy charge reads every step's blocks, which a fast-forward run skips
+        self._fast_forward = c.kv_block_s == 0
+        self.wp, self.wd = c.prefill_token, c.decode_token
+        # integer cost weights keep every used cost and charge integer-valued (exact sums)
+        self._integral_costs = float(self.wp).is_integer() and float(self.wd).is_integer() and self.wd > 0
+        full = contract.engine.prefill_token_budget
+        self.wfq.credit = full * max(self.wp, 1e-9)
+        self.prefill_rate = self.wp * full / max(self.profile.step_s([(full, 0)], 0, 0), 1e-9)
+        self.admission.contract = contract
+        self.admission.max_running = contract.engine.max_running
+        self.preemption.spec = contract.preemption
+        waits = [k.max_wait_s for k in contract.classes.values() if k.max_wait_s is not None]
+        self.min_grace_s = min([FORCE_AFTER_S] + [FORCE_FRACTION * w for w in waits])
         adm = contract.admission
-        self.headroom_blocks = int(adm.headroom_kv_fraction * pool.num_blocks)
+        self.headroom_blocks = int(adm.headroom_kv_fraction * self.pool.num_blocks)
         self.headroom_slots = int(adm.headroom_slot_fraction * contract.engine.max_running)
         self._reserved_cache = None
+        self._last_shaped = 0
+        retenant(self, contract, now)
+        reclass(self, contract)
 
     def can_fast_forward(self) -> bool:
         """Not with a KV occupancy charge (``costs.kv_block_s > 0``): it reads every step's blocks."""

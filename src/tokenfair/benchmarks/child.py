@@ -1,0 +1,20 @@
+"""The child process of a benchmark (``python -m tokenfair.benchmarks.child SPEC``): one
+simulation or fleet simulation in a fresh process, so its peak RSS and wall time are its own.
+Prints one JSON line."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def main(spec: dict) -> dict:
+    if spec.get("kind") == "fleet":
+        from .fleet_sim import fleet_child
+        return fleet_child(spec)
+    from .bench import sim_child
+    return sim_child(spec)
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(json.loads(sys.argv[1]))))

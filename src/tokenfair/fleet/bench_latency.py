@@ -1,0 +1,171 @@
+"""The latency a Redis fleet adds to a gateway (``tokenfair bench fleet-latency``, and the
+latency part of ``tokenfair bench fleet``).
+
+Separate processes: one fake backend (20 ms to the first token, 10 ms per token, 16
+tokens), a plain gateway and a ``--redis`` gateway in front of it, a ``redis-server`` on
+loopback TCP or a unix socket, and a Poisson client (this process) sending each request to
+one of the two gateways at random.  Per path:
+
+  * *hold*: from the request's intake at the gateway to its release to the backend (the
+    gateway's records, ``scheduled_s - arrival_s``): where the dispatch script's round trip
+    sits, with nothing of the client's or the backend's noise;
+  * TTFT and end-to-end latency as the client sees them.
+
+The added latency is the Redis path's figure minus the plain path's, per run; the report
+gives the median over runs of each.  Redis calls per request come from Redis's command
+statistics: dispatch scripts (the request's path) and all scripts (with the completion,
+heartbeats and views, off the path) per request released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..serve.auth import hash_key
+from ..serve.overhead import stop_processes, timed_stream, wait_port
+from .redis_server import RedisServer, free_port
+
+TRANSPORTS = ("tcp", "unix")
+WARMUP_S = 2.0
+KEY = "bench-key"
+
+
+def pcts(xs: list[float]) -> dict:
+    import numpy as np
+    if not xs:
+        return {"p50_ms": float("nan"), "p99_ms": float("nan"), "n": 0}
+    a = np.asarray(xs) * 1000.0
+    return {"p50_ms": round(float(np.percentile(a, 50)), 2), "p99_ms": round(float(np.percentile(a, 99)), 2),
+            "n": len(xs)}
+
+
+def _holds(path: Path) -> list[float]:
+    if not path.exists():
+        return []
+    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r["scheduled_s"] - r["arrival_s"] for r in recs
+            if r.get("scheduled_s") is not None and r.get("arrival_s", 0.0) >= WARMUP_S]
+
+
+def latency_run(rate: float, duration_s: float, workdir: Path, seed: int = 0, transport: str = "tcp") -> dict:
+    """One run: plain vs ``--redis`` gateway in front of one fake backend."""
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport {transport!r}: one of {', '.join(TRANSPORTS)}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    cpath = workdir / "latency-contract.json"
+    cpath.write_text(json.dumps({"tenants": {"bench": {"api_key_sha256": [hash_key(KEY)], "max_queued": 100000}},
+                                 "admission": {"shed_over_max_wait": False}}))
+    srv = RedisServer(workdir / f"r{seed}", persist=False, unix_socket=transport == "unix").start()
+    be, plain, fleet = free_port(), free_port(), free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    records = {p: workdir / f"{p}-{transport}-{seed}.jsonl" for p in ("plain", "redis")}
+    gw = [sys.executable, "-m", "tokenfair", "gateway", "--backend", f"http://127.0.0.1:{be}", "--contract",
+          str(cpath), "--log-level", "warning", "--grace-s", "1", "--initial-window", "64"]
+    procs = [subprocess.Popen([sys.executable, "-m", "tokenfair.serve.overhead", "--role", "backend", "--port",
+                               str(be), "--ttft", "0.02", "--token-delay", "0.01"], env=env),
+             subprocess.Popen(gw + ["--port", str(plain), "--records", str(records["plain"])], env=env),
+             subprocess.Popen(gw + ["--port", str(fleet), "--redis", srv.url, "--fleet", "latency",
+                                    "--records", str(records["redis"])], env=env)]
+    try:
+        import redis
+        for port in (be, plain, fleet):
+            wait_port(port)
+        admin = redis.Redis.from_url(srv.tcp_url)
+        admin.config_resetstat()
+        res = asyncio.run(poisson(rate, duration_s, {"plain": f"http://127.0.0.1:{plain}",
+                                                     "redis": f"http://127.0.0.1:{fleet}"}, KEY, seed))
+        stats = admin.info("commandstats")
+        dispatched = sum(int(v) for v in admin.hgetall("tf:latency:dispatched").values())
+        admin.close()
+    finally:
+        stop_processes(procs)
+        srv.stop()
+    scripts = int(stats.get("cmdstat_evalsha", {}).get("calls", 0)) + int(stats.get("cmdstat_eval", {}).get("calls", 0))
+    out: dict = {"rate": rate, "duration_s": duration_s, "transport": transport, "errors": res["errors"],
+                 "redis_scripts_per_request": round(scripts / max(1, dispatched), 2), "dispatched": dispatched}
+    for path in ("plain", "redis"):
+        out[path] = {"ttft": pcts([x[0] for x in res[path]]), "e2e": pcts([x[1] for x in res[path]]),
+                     "hold": pcts(_holds(records[path]))}
+    out["added_ms"] = {f"{m}_{p}": round(out["redis"][m][f"{p}_ms"] - out["plain"][m][f"{p}_ms"], 2)
+                       for m in ("hold", "ttft", "e2e") for p in ("p50", "p99")}
+    return out
+
+
+def latency_bench(rate: float, duration_s: float, workdir: Path, runs: int = 3,
+                  transports: tuple[str, ...] = TRANSPORTS) -> dict:
+    """``runs`` runs per transport (alternating), and the median of every figure over them."""
+    per: dict[str, list[dict]] = {t: [] for t in transports}
+    for i in range(runs):
+        for t in transports:
+            per[t].append(latency_run(rate, duration_s, workdir, seed=i, transport=t))
+    out: dict = {"rate": rate, "duration_s": duration_s, "runs": runs, "load_average": os.getloadavg()[0]}
+    for t, rs in per.items():
+        med = lambda f: round(statistics.median(f(r) for r in rs), 2)  # noqa: E731
+        out[t] = {"runs": rs,
+                  "added_ms": {k: med(lambda r, k=k: r["added_ms"][k]) for k in rs[0]["added_ms"]},
+                  "paths": {p: {m: {q: med(lambda r, p=p, m=m, q=q: r[p][m][q]) for q in ("p50_ms", "p99_ms")}
+                                for m in ("hold", "ttft", "e2e")} for p in ("plain", "redis")},
+                  "redis_scripts_per_request": med(lambda r: r["redis_scripts_per_request"]),
+                  "errors": sum(sum(r["errors"].values()) for r in rs)}
+    return out
+
+
+def format_latency(lat: dict) -> str:
+    lines = ["| Redis over | path | hold p50 / p99 (ms) | TTFT p50 / p99 (ms) | end-to-end p50 / p99 (ms) |",
+             "|---|---|---|---|---|"]
+    for t in TRANSPORTS:
+        if t not in lat:
+            continue
+        v = lat[t]
+        for p in ("plain", "redis"):
+            x = v["paths"][p]
+            lines.append(f"| {t} | {p} gateway | {x['hold']['p50_ms']} / {x['hold']['p99_ms']} | "
+                         f"{x['ttft']['p50_ms']} / {x['ttft']['p99_ms']} | {x['e2e']['p50_ms']} / {x['e2e']['p99_ms']} |")
+        a = v["added_ms"]
+        lines.append(f"| {t} | **added by Redis** | **{a['hold_p50']:+.2f} / {a['hold_p99']:+.2f}** | "
+                     f"**{a['ttft_p50']:+.2f} / {a['ttft_p99']:+.2f}** | **{a['e2e_p50']:+.2f} / {a['e2e_p99']:+.2f}** |")
+    lines.append("")
+    lines.append(f"medians of {lat['runs']} runs per transport, {lat['rate']:g} requests/s for {lat['duration_s']:g} s "
+                 f"each; load average {lat['load_average']:.1f}; Redis scripts per request released: "
+                 + ", ".join(f"{t} {lat[t]['redis_scripts_per_request']}" for t in TRANSPORTS if t in lat)
+                 + " (one dispatch on the path; the rest off it); errors: "
+                 + ", ".join(f"{t} {lat[t]['errors']}" for t in TRANSPORTS if t in lat))
+    return "\n".join(lines)
+
+
+async def poisson(rate: float, duration_s: float, urls: dict[str, str], key: str, seed: int,
+                  warmup_s: float = WARMUP_S) -> dict:
+    """Poisson arrivals at ``rate`` for ``duration_s``, each to one of ``urls`` at random;
+    per path the (TTFT, end-to-end) of each request that arrived after ``warmup_s``."""
+    import httpx
+    rng = random.Random(seed)
+    res: dict = {p: [] for p in urls}
+    res["errors"] = {p: 0 for p in urls}
+    async with httpx.AsyncClient(timeout=60.0, limits=httpx.Limits(max_connections=1024)) as client:
+        t0 = time.perf_counter()
+
+        async def one(at: float, path: str) -> None:
+            await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
+            got = await timed_stream(client, urls[path] + "/v1/completions", key, 16)
+            if got is None:
+                res["errors"][path] += 1
+            elif at >= warmup_s and got[0] is not None:
+                res[path].append(got)
+
+        tasks, t = [], 0.0
+        paths = sorted(urls)
+        while True:
+            t += rng.expovariate(rate)
+            if t > duration_s:
+                break
+            tasks.append(one(t, rng.choice(paths)))
+        await asyncio.gather(*tasks)
+    return res
