@@ -3,7 +3,7 @@
     client --HTTP--> app (auth, validation, OpenAI framing) --> Service.submit --> Job events
                                                                  (EngineBackend | Gateway)
 
-Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming and not),
+Routes (:class:`OpenAIRoutes`, :func:`install_ops`; admin routes in :mod:`.admin`): ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming and not),
 ``GET /v1/models``, ``GET /healthz``, ``GET /metrics``.
 
 Flow of one generation request:
@@ -38,8 +38,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .auth import AuthError, KeyRing, hash_key
 from .defaults import DEFAULT_GRACE_S
-from .errors import FAIL_STATUS, REJECT_STATUS, ServiceError, http_status_of
-from .jobs import Delta, Done, Failed, GenRequest, Job, RecordSink, failed_event
+from .errors import ServiceError
+from .jobs import Failed, GenRequest, Job
 from .openai_schema import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, error_body, full_response, now_s
 from .body_precheck import PROCESS_PARSE_BYTES
 from .limits import OFFLOAD_PARSE_BYTES, read_body
@@ -48,15 +48,6 @@ from .parsing import validation_message, build_gen_request, parse_body
 from .service import Service
 from .admin import install_admin
 from .sse import EventStream, client_disconnected, race, sse_event
-
-# The shared HTTP layer's pieces live in errors / jobs / service / parsing / sse; they are
-# re-exported here, where the serve and gateway modes (and callers) have always found them.
-__all__ = [
-    "FAIL_STATUS", "REJECT_STATUS", "ServiceError", "http_status_of",
-    "Delta", "Done", "Failed", "GenRequest", "Job", "RecordSink", "failed_event",
-    "Service", "build_gen_request", "EventStream", "create_app",
-]
-
 
 # ----------------------------------------------------------------- the app
 def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
@@ -78,6 +69,31 @@ def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
     install_openapi(app)
     install_admin(app, service)      # /admin/contract*, x-tokenfair-contract, tokenfair_contract_info
 
+    routes = OpenAIRoutes(service)
+    install_error_handlers(app)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: HTTPRequest):
+        return await routes.generate(request, "chat", ChatCompletionRequest)
+
+    @app.post("/v1/completions")
+    async def completions(request: HTTPRequest):
+        return await routes.generate(request, "completion", CompletionRequest)
+
+    @app.get("/v1/models")
+    async def models(request: HTTPRequest):
+        routes.authenticate(request)
+        created = now_s()
+        names = await service.list_models(request.headers)
+        return ModelList(data=[ModelCard(id=m, created=created) for m in names]).model_dump()
+
+    install_ops(app, service)
+    return app
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Errors in OpenAI's shape: a malformed body is a 400 naming the field (never a 422)."""
+
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request, exc: RequestValidationError):
         msg, param = validation_message(exc.errors())
@@ -92,7 +108,16 @@ def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
     async def _service_error(request, exc: ServiceError):
         return exc.response()
 
-    def authenticate(request: HTTPRequest) -> str:
+
+class OpenAIRoutes:
+    """The generation routes' steps: the key names the tenant, the body is read (bounded) and
+    validated, the service admits the job, the answer is collected or streamed."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def authenticate(self, request: HTTPRequest) -> str:
+        service = self.service
         try:
             return service.keyring.tenant_for(request.headers.get("authorization"), request.headers.get("x-api-key"))
         except AuthError as err:
@@ -100,8 +125,9 @@ def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
             raise ServiceError(401, err.message, "invalid_api_key",
                                headers={"www-authenticate": "Bearer"}) from None
 
-    async def parse(request: HTTPRequest, kind: str, model_cls):
-        tenant = authenticate(request)
+    async def parse(self, request: HTTPRequest, kind: str, model_cls):
+        service = self.service
+        tenant = self.authenticate(request)
         raw_bytes = await read_body(request, service.max_body_bytes)
         bound = 0
         if len(raw_bytes) > PROCESS_PARSE_BYTES:      # parsed in a helper process (body_precheck.py)
@@ -116,8 +142,9 @@ def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
             body, raw = parse_body(raw_bytes, model_cls)
         return tenant, body, raw, bound
 
-    async def generate(request: HTTPRequest, kind: str, model_cls) -> Response:
-        tenant, body, raw, bound = await parse(request, kind, model_cls)
+    async def generate(self, request: HTTPRequest, kind: str, model_cls) -> Response:
+        service = self.service
+        tenant, body, raw, bound = await self.parse(request, kind, model_cls)
         g = build_gen_request(kind, body, raw, request.headers, tenant)
         g.min_prompt_tokens = bound
         await service.prepare(g)       # tokenization/templating, off the event loop
@@ -127,18 +154,7 @@ def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
         streaming = False
         try:
             if not g.stream:
-                res = await race(job.collect(), watcher)
-                if res is None:
-                    service.cancel(job)
-                    return Response(status_code=499)
-                text, end = res
-                if job.fault is not None:
-                    service.cancel(job, job.fault)
-                if isinstance(end, Failed):
-                    return JSONResponse(error_body(end.status, end.message, end.code, end.param), status_code=end.status,
-                                        headers={**end.headers, **headers})
-                return JSONResponse(full_response(kind, g.request_id, job.model, text, end.finish_reason,
-                                                  end.prompt_tokens, end.completion_tokens), headers=headers)
+                return await self.whole(job, g, kind, watcher, headers)
             first = await race(job.next_event_or_fault(), watcher)
             if first is None:
                 service.cancel(job)
@@ -157,20 +173,25 @@ def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
             if not streaming:
                 watcher.cancel()
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: HTTPRequest):
-        return await generate(request, "chat", ChatCompletionRequest)
+    async def whole(self, job: Job, g: GenRequest, kind: str, watcher, headers: dict) -> Response:
+        """A non-streamed answer: collected, or the error; 499 when the client left."""
+        service = self.service
+        res = await race(job.collect(), watcher)
+        if res is None:
+            service.cancel(job)
+            return Response(status_code=499)
+        text, end = res
+        if job.fault is not None:
+            service.cancel(job, job.fault)
+        if isinstance(end, Failed):
+            return JSONResponse(error_body(end.status, end.message, end.code, end.param), status_code=end.status,
+                                headers={**end.headers, **headers})
+        return JSONResponse(full_response(kind, g.request_id, job.model, text, end.finish_reason,
+                                          end.prompt_tokens, end.completion_tokens), headers=headers)
 
-    @app.post("/v1/completions")
-    async def completions(request: HTTPRequest):
-        return await generate(request, "completion", CompletionRequest)
 
-    @app.get("/v1/models")
-    async def models(request: HTTPRequest):
-        authenticate(request)
-        created = now_s()
-        names = await service.list_models(request.headers)
-        return ModelList(data=[ModelCard(id=m, created=created) for m in names]).model_dump()
+def install_ops(app: FastAPI, service: Service) -> None:
+    """``GET /healthz`` and ``GET /metrics`` (behind the metrics key when one is set)."""
 
     @app.get("/healthz")
     async def healthz():
@@ -187,4 +208,3 @@ def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
                                    headers={"www-authenticate": "Bearer"})
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    return app

@@ -41,7 +41,9 @@ from ..core.costmodel import Profile
 from ..core.request import Request, Status
 from ..sched.registry import make_policy
 from ..sched.scheduler import IterationScheduler
-from .app import GenRequest, Job, RecordSink, Service, ServiceError
+from .errors import ServiceError
+from .jobs import GenRequest, Job, RecordSink
+from .service import Service
 from .auth import KeyRing
 from .engine_intake import context_refusal, prompt_chars, sampling_of, tokenize_prompt
 from .engine_job import IncrementalDetokenizer, ServeJob

@@ -63,7 +63,8 @@ from ..core.kv import BlockPool
 from ..core.request import Status
 from ..sched.predictor import OnlinePredictor
 from ..sched.registry import make_policy
-from .app import GenRequest, Job, RecordSink, Service, failed_event
+from .jobs import GenRequest, Job, RecordSink, failed_event
+from .service import Service
 from .auth import KeyRing
 from .gateway_backend import BackendClient, GatewayJob
 from .gateway_dispatch import IDLE_POLL_S, Dispatcher
