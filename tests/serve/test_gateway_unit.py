@@ -165,7 +165,9 @@ def test_gateway_queue_full_deadline_and_disconnects(h):
                     got += line.startswith("data: ")
                     if got == 2:
                         break
-                assert fake.state.stats["active"] == 1
+                stats = fake.state.stats
+                assert h.wait_until(lambda: stats["active"] == 1, 5), \
+                    {k: stats[k] for k in ("active", "served", "queued", "order")}
             assert h.wait_until(lambda: fake.state.stats["active"] == 0 and not gw.jobs, 5)
             rec = [x for x in gw.records.items if x["output_tokens"] and x["reason"].startswith("client_disconnected")]
             assert rec and rec[-1]["status"] == "failed"
