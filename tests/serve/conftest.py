@@ -113,8 +113,28 @@ def serve_stack(tiny_model_dir):
     st.stop()
 
 
+def assert_retry_after_honoured(service, url: str, key: str, monkeypatch) -> None:
+    """``service`` refuses the first request with 429 ``Retry-After: 1`` (its door check);
+    the official openai client waits that second, not its own ~0.5 s backoff, and retries."""
+    import httpx
+    import openai
+
+    door = service.door_check
+    refusals = [("rate_limited: tenant 'a' is over its token rate; retry after ~1s", 1.0)]
+    monkeypatch.setattr(service, "door_check", lambda req, now: refusals.pop() if refusals else door(req, now))
+    sent: list[float] = []
+    answers: list[tuple[int, str | None]] = []
+    http = httpx.Client(event_hooks={"request": [lambda r: sent.append(time.monotonic())],
+                                     "response": [lambda r: answers.append((r.status_code, r.headers.get("retry-after")))]})
+    client = openai.OpenAI(base_url=url + "/v1", api_key=key, http_client=http, max_retries=1, timeout=30.0)
+    out = client.completions.create(model="tiny", prompt="fox", max_tokens=2)
+    assert out.choices[0].text is not None and answers == [(429, "1"), (200, None)]
+    assert 0.95 <= sent[1] - sent[0] < 3.0
+
+
 class _Helpers:
     KEYS = KEYS
+    assert_retry_after_honoured = staticmethod(assert_retry_after_honoured)
     auth = staticmethod(auth)
     wait_until = staticmethod(wait_until)
     start_serve = staticmethod(start_serve)

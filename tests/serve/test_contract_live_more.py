@@ -80,6 +80,36 @@ def test_changes_are_logged_in_the_store_and_survive_a_restart(tmp_path, h):
     assert res.exit_code == 0 and "weight: 2.0" in res.output
 
 
+def test_rollback_works_across_a_restart(tmp_path):
+    """The rollback stack is rebuilt from the store's live log: after a restart (with the file
+    the service first started with) a rollback returns to what was in force before it, then
+    to the versions before that, in order."""
+    from tokenfair.serve.admin import configure_live
+    from tokenfair.serve.auth import KeyRing
+    from tokenfair.serve.contract_events import previous_labels
+    from tokenfair.serve.gateway import Gateway
+
+    store = tmp_path / "store"
+    c = parse_contract(contract("v1"))
+
+    def service():
+        gw = Gateway(c, KeyRing(c), ["http://127.0.0.1:9"])
+        return gw, configure_live(gw, admin_key_sha256=hash_key("admin-secret"), store=store)
+    gw, live = service()
+    live.apply(parse_contract(contract("v2", a={"weight": 2})), "apply", "a up")
+    live.apply(parse_contract(contract("v3", a={"weight": 3})), "apply", "a up again")
+    live.rollback("v3 starved b")
+    live.apply(parse_contract(contract("v4", a={"weight": 4})), "apply", "a to 4")
+    gw2, live2 = service()                                  # restarted from the v1 file
+    assert [x.version for x in live2.previous] == ["v1", "v2", "v4"]
+    live2.rollback("back to before the restart")
+    assert gw2.contract.version == "v4"
+    live2.rollback("and before that")
+    assert gw2.contract.version == "v2"
+    assert previous_labels([{"event": "start", "version": "a@1", "time_s": 0},
+                            {"event": "refused", "version": "a@1", "time_s": 1}], "a@1") == []
+
+
 def test_canary_rolls_back_on_in_time_goodput(stack, h):
     """The live gate's min_goodput_fraction: a candidate under which the requests it admits miss
     their SLOs (an unmeetable TTFT SLO) is rolled back at the next evaluation, the reason named."""

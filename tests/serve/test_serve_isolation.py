@@ -122,3 +122,86 @@ def test_huge_prompt_is_refused_without_tokenizing(serve_stack, h, monkeypatch):
                    json={"messages": [{"role": "user", "content": "fox " * 200_000}], "max_tokens": 2})
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
     assert r.json()["error"]["param"] == "messages" and calls == []
+
+
+def test_a_bad_seed_among_other_tenants_streams_is_a_400_with_its_param_for_the_openai_client(serve_stack, h):
+    import threading
+
+    import openai
+
+    svc, st = serve_stack
+    done: dict[int, int] = {}
+
+    def stream(i):
+        chunks = _client(st, ("b", "heavy", "light")[i % 3], h).completions.create(
+            model="tiny", prompt=f"fair scheduling {i}", max_tokens=10, stream=True, extra_body={"ignore_eos": True},
+            stream_options={"include_usage": True})
+        done[i] = [c.usage.completion_tokens for c in chunks if c.usage is not None][0]
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    with pytest.raises(openai.BadRequestError) as err:
+        _client(st, "a", h).completions.create(model="tiny", prompt="hi", max_tokens=3, seed=2 ** 64 + 1,
+                                               temperature=1.0)
+    for t in threads:
+        t.join(60)
+    assert err.value.status_code == 400 and err.value.param == "seed" and err.value.code == "invalid_request"
+    assert done == {i: 10 for i in range(6)}
+
+
+def test_a_429_retry_after_is_honoured_by_the_openai_client(serve_stack, h, monkeypatch):
+    svc, st = serve_stack
+    h.assert_retry_after_honoured(svc, st.url, h.KEYS["a"], monkeypatch)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_stop_string_fault_fails_its_request_alone_with_a_reason(serve_stack, h, monkeypatch, stream):
+    import threading
+
+    from tokenfair.serve.engine_job import ServeJob
+
+    svc, st = serve_stack
+    text = ServeJob._text
+
+    def broken(self, delta, final):
+        if "BOOM" in self.stops and self.detok is not None and len(self.detok.ids) >= 3:
+            raise IndexError("stop-string matcher bug")
+        return text(self, delta, final)
+    monkeypatch.setattr(ServeJob, "_text", broken)
+    other: dict = {}
+    t = threading.Thread(target=lambda: other.update(r=httpx.post(
+        st.url + "/v1/completions", headers=h.auth("b"), timeout=TIMEOUT,
+        json={"prompt": "the lazy dog", "max_tokens": 12, "ignore_eos": True, "stop": ["zzz"]})))
+    t.start()
+    body = {"prompt": "the quick brown fox", "max_tokens": 20, "ignore_eos": True, "stop": ["BOOM"], "stream": stream}
+    r = httpx.post(st.url + "/v1/completions", headers=h.auth("a"), timeout=TIMEOUT, json=body)
+    t.join(60)
+    if stream:
+        assert r.status_code == 200 and '"code": "request_fault"' in r.text.replace('":"', '": "')
+        assert r.text.rstrip().endswith("data: [DONE]")
+    else:
+        assert r.status_code == 500 and r.json()["error"]["code"] == "request_fault"
+    rid = r.headers["x-request-id"]
+    assert h.wait_until(lambda: any(x["request_id"] == rid for x in svc.records.items), 10)
+    rec = [x for x in svc.records.items if x["request_id"] == rid][0]
+    assert rec["status"] == "failed" and rec["reason"] == "request_fault: IndexError: stop-string matcher bug"
+    assert other["r"].status_code == 200 and other["r"].json()["usage"]["completion_tokens"] == 12
+
+
+def test_a_tokenizer_error_is_a_400_for_that_request_only(serve_stack, h, monkeypatch):
+    svc, st = serve_stack
+    encode = svc.loaded.encode
+
+    def fragile(text, *a, **k):
+        if "TOKFAIL" in text:
+            raise RuntimeError("tokenizer exploded")
+        return encode(text, *a, **k)
+    monkeypatch.setattr(svc.loaded, "encode", fragile)
+    r = httpx.post(st.url + "/v1/chat/completions", headers=h.auth("a"), timeout=TIMEOUT,
+                   json={"messages": [{"role": "user", "content": "TOKFAIL"}], "max_tokens": 2})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    assert "tokenizer cannot encode it: RuntimeError: tokenizer exploded" in r.json()["error"]["message"]
+    ok = httpx.post(st.url + "/v1/chat/completions", headers=h.auth("a"), timeout=TIMEOUT,
+                    json={"messages": [{"role": "user", "content": "hello"}], "max_tokens": 2})
+    assert ok.status_code == 200

@@ -8,6 +8,8 @@ import threading
 import time
 
 import httpx
+import openai
+import pytest
 
 from tokenfair.serve.auth import hash_key
 
@@ -33,6 +35,10 @@ def test_new_requests_get_503_shutting_down_during_the_grace_period(tiny_model_d
     assert h.wait_until(lambda: svc.closing, 5)
     r = httpx.post(st.url + "/v1/completions", headers=h.auth("b"), timeout=10, json={"prompt": "x", "max_tokens": 1})
     assert r.status_code == 503 and r.json()["error"]["code"] == "shutting_down" and "retry-after" in r.headers
+    client = openai.OpenAI(base_url=st.url + "/v1", api_key=h.KEYS["b"], max_retries=0, timeout=10)
+    with pytest.raises(openai.InternalServerError) as err:
+        client.completions.create(model="tiny", prompt="x", max_tokens=1)
+    assert err.value.status_code == 503 and err.value.code == "shutting_down"
     assert httpx.get(st.url + "/healthz", timeout=5).status_code == 503
     t.join(30)
     st.stop()

@@ -212,7 +212,7 @@ class _Soak:
         return now
 
     def _drain(self) -> list[Request]:
-        ended, self.sched.ended = self.sched.ended, []
+        ended = self.sched.take_ended()
         return ended
 
     def run(self, progress=None, every: int = 100_000) -> SoakReport:

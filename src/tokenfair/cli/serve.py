@@ -134,7 +134,7 @@ def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backe
             backend_priority: bool = typer.Option(False, help="send vLLM `priority` from the class (backends run "
                                                   "--scheduling-policy priority or the tokenfair scheduler)"),
             max_inflight_tokens: Optional[int] = typer.Option(None, help="cap on predicted tokens in flight per backend"),
-            max_context: Optional[int] = typer.Option(None, help="backends' context length (413 beyond it)"),
+            max_context: Optional[int] = typer.Option(None, help="backends' context length (400 context_length_exceeded beyond it)"),
             records: Optional[Path] = typer.Option(None, help="append one JSON line per ended request here"),
             records_max_mb: Optional[float] = typer.Option(None, help="rotate the records file past this size (MB)"),
             admin_key_sha256: Optional[str] = typer.Option(None, help="SHA-256 (hex) of the admin key for /admin/contract"),

@@ -1,32 +1,46 @@
 """The mechanics' waiting side: admitting waiting requests and evicting running ones.
 
-Mixed into :class:`~tokenfair.sched.scheduler.IterationScheduler` (it uses its policy, pool,
-contract, running list and counters); split out so each file keeps one job.
+:class:`Admitter` is the part of :class:`~tokenfair.sched.scheduler.IterationScheduler` that
+moves requests between the policy's waiting queue and the running set; it counts evictions.
 
-* ``_admit``: waiting requests in the policy's order while slots, prefill budget and KV allow
+* ``admit``: waiting requests in the policy's order while slots, prefill budget and KV allow
   (swapped ones are swapped back in); a candidate that does not fit blocks the queue
   (``hol_blocking``) or only its tenant for this step; the policy may name an urgent victim;
-* ``_top_up_prefills``: prefill budget nobody else could use extends this step's chunks;
-* ``_make_room`` / ``_preempt``: evict the policy's victim (swap or recompute, by its choice
+* ``top_up_prefills``: prefill budget nobody else could use extends this step's chunks;
+* ``make_room`` / ``preempt``: evict the policy's victim (swap or recompute, by its choice
   and the host space) and put it back in the waiting queue.
 """
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr
-
 from ..core.request import Request, Status
-from .apply import ApplyMixin
 from .interface import SchedulerOutput
-from .policy import Budget
+from .policy import Budget, Policy
+from .state import RunningSet
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
-class AdmitMixin(ApplyMixin):
-    def _top_up_prefills(self, out: SchedulerOutput, budget: Budget) -> None:
+class Admitter:
+    """Admission into and eviction from ``runs``, in the policy's order and by its choices.
+
+    Invariants: a request admitted is RUNNING, in ``runs`` once and holds the KV its first
+    chunk (or swap-in) needs; a request evicted leaves ``runs`` and ``out``'s work lists, is
+    SWAPPED (host blocks taken) or WAITING (its KV and computed tokens dropped), and is back
+    in the policy's queue; each eviction adds 1 to ``num_preemptions`` and its blocks or
+    tokens to ``num_swapped_blocks`` / ``num_recomputed_tokens``.
+    """
+
+    def __init__(self, policy: Policy, runs: RunningSet, kv_bytes_per_token: float) -> None:
+        self.policy = policy
+        self.runs = runs
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.num_preemptions = 0
+        self.num_recomputed_tokens = 0
+        self.num_swapped_blocks = 0
+
+    def top_up_prefills(self, out: SchedulerOutput, budget: Budget) -> None:
         """Work-conserving: prefill budget nobody else could use extends this step's chunks
         (in schedule order) up to each request's remaining prompt."""
-        pool = self.pool
+        pool = self.runs.pool
         for idx, (req, n) in enumerate(out.prefill):
             if budget.prefill_left <= 0:
                 return
@@ -36,22 +50,24 @@ class AdmitMixin(ApplyMixin):
                 budget.take_prefill(extra)
                 out.prefill[idx] = (req, n + extra)
 
-    def _make_room(self, req: Request, running: list[Request], i: int, out: SchedulerOutput,
-                   now: float) -> bool:
-        """Evict the policy's victim among the not-yet-scheduled running requests (or ``req``
-        itself) so ``req`` can grow; False when ``req`` was the one evicted."""
+    def make_room(self, req: Request, running: list[Request], i: int, out: SchedulerOutput,
+                  now: float) -> bool:
+        """Evict the policy's victim among the not-yet-scheduled running requests
+        (``running[i:]``, or ``req`` itself) so ``req`` can grow; False when ``req`` was the
+        one evicted."""
         victim = self.policy.victim_for_kv(running[i:], req, now)
         if victim is None:
             victim = req
-        self._preempt(victim, out, now)
+        self.preempt(victim, out, now)
         if victim is req:
             return False
         running.remove(victim)
         return True
 
-    def _admit(self, out: SchedulerOutput, budget: Budget, max_chunk: int, now: float) -> None:
-        policy, pool, running = self.policy, self.pool, self.running
-        max_running = self.contract.engine.max_running
+    def admit(self, out: SchedulerOutput, budget: Budget, max_running: int, now: float) -> None:
+        """Admit waiting requests into ``runs`` (at most ``max_running`` running) while the
+        budget and KV allow."""
+        policy, pool, running = self.policy, self.runs.pool, self.runs.requests
         blocked: set[str] = set()
         while budget.prefill_left > 0:
             cand = policy.pick(now, blocked)
@@ -69,12 +85,12 @@ class AdmitMixin(ApplyMixin):
             if swapped:
                 fits_kv = pool.can_swap_in(cand)
             else:
-                fits_kv = policy.kv_blocks_to_admit(cand, n) <= pool.num_free
+                fits_kv = pool.can_add_blocks(policy.kv_blocks_to_admit(cand, n))
             if not (fits_slot and fits_kv and policy.can_admit(cand, now, len(running))):
                 victim = policy.urgent_victim(cand, running, now) if not out.preempted else None
                 if victim is not None:
                     running.remove(victim)
-                    self._preempt(victim, out, now)
+                    self.preempt(victim, out, now)
                     continue
                 if policy.hol_blocking or not fits_slot:
                     return
@@ -87,40 +103,47 @@ class AdmitMixin(ApplyMixin):
                 cand.scheduled_s = now
             policy.on_admit(cand, now)
             if swapped:
-                pool.swap_in(cand)
-                out.swapped_in.append(cand)
-                if cand.in_prefill:           # swapped out mid-prefill: resume its prompt
-                    n = min(cand.num_uncomputed, budget.prefill_left, policy.chunk_for(cand, now))
-                    if n > 0 and pool.can_grow(cand, n):
-                        pool.grow(cand, n)
-                        budget.take_prefill(n)
-                        out.prefill.append((cand, n))
-                    continue
-                if not budget.can_decode() or not pool.can_grow(cand, 1):
-                    continue
-                pool.grow(cand, 1)
-                budget.take_decode()
-                out.decode.append(cand)
+                self._resume_swapped(cand, out, budget, now)
                 continue
             pool.grow(cand, n)
             budget.take_prefill(n)
             cand.consecutive_prefill = 1
             out.prefill.append((cand, n))
 
-    def _preempt(self, req: Request, out: SchedulerOutput, now: float) -> None:
+    def _resume_swapped(self, cand: Request, out: SchedulerOutput, budget: Budget, now: float) -> None:
+        """Swap an admitted ``cand`` back in and give it this step's work if it fits."""
+        pool = self.runs.pool
+        pool.swap_in(cand)
+        out.swapped_in.append(cand)
+        if cand.in_prefill:           # swapped out mid-prefill: resume its prompt
+            n = min(cand.num_uncomputed, budget.prefill_left, self.policy.chunk_for(cand, now))
+            if n > 0 and pool.can_grow(cand, n):
+                pool.grow(cand, n)
+                budget.take_prefill(n)
+                out.prefill.append((cand, n))
+            return
+        if not budget.can_decode() or not pool.can_grow(cand, 1):
+            return
+        pool.grow(cand, 1)
+        budget.take_decode()
+        out.decode.append(cand)
+
+    def preempt(self, req: Request, out: SchedulerOutput, now: float) -> None:
+        """Evict ``req`` (already out of the running list) and queue it again."""
+        pool = self.runs.pool
         mode = self.policy.preempt_mode(req)
-        if mode == "swap" and not self.pool.can_swap_out(req):
+        if mode == "swap" and not pool.can_swap_out(req):
             mode = "recompute"
         self.num_preemptions += 1
         req.num_preemptions += 1
         req.last_preempt_s = now
         req.consecutive_prefill = 0
         if mode == "swap":
-            self.num_swapped_blocks += self.pool.swap_out(req)
-            req.swapped_bytes += int(req.num_computed * self.profile.kv_bytes_per_token)
+            self.num_swapped_blocks += pool.swap_out(req)
+            req.swapped_bytes += int(req.num_computed * self.kv_bytes_per_token)
             req.status = Status.SWAPPED
         else:
-            self.pool.release(req)
+            pool.release(req)
             req.recomputed_tokens += req.num_computed
             self.num_recomputed_tokens += req.num_computed
             req.num_computed = 0

@@ -1,27 +1,46 @@
 """The mechanics' apply side: a step's outcome applied to the requests, the pool and the policy.
 
-Mixed into :class:`~tokenfair.sched.scheduler.IterationScheduler` (it uses its policy, pool,
-predictor, running list and ``ended``); split out so each file keeps one job.
+:class:`Applier` is the part of :class:`~tokenfair.sched.scheduler.IterationScheduler` that
+ends requests; it holds the terminal requests not yet collected.
 
-* ``update_from_output``: prefill chunks and decode tokens computed, first tokens stamped,
-  the policy told what was served (``on_served`` / batched ``on_decoded``), then ``retire``
-  and ``on_step_end``: O(prefills + decodes), the per-decode work in one loop;
+* ``update_from_output``: prefill chunks and decode tokens computed (``decode.advance_decodes``),
+  first tokens stamped, the policy told what was served (``on_served`` / batched
+  ``on_decoded``), then ``retire`` and ``on_step_end``: O(prefills + decodes), the
+  per-decode work in two flat loops;
 * ``retire``: the step's failed, finished and ``max_tokens`` requests end and free their
   slots and KV (also the simulator's fast-forward, for a run's finishing step);
-* ``_end``: a request's one terminal state, with its reason.
+* ``end``: a request's one terminal state, with its reason.
 """
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr
-
 from ..core.request import Request, Status, count_names
+from .decode import advance_decodes
 from .interface import SchedulerOutput, StepResult
-from .state import SchedulerState
+from .policy import Policy
+from .predictor import Predictor
+from .state import RunningSet
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
-class ApplyMixin(SchedulerState):
+class Applier:
+    """Applies steps' outcomes to ``runs`` and ends requests.
+
+    Invariants: ``end`` is the only place a request gets a terminal status here, and each
+    ended request is appended to ``ended`` once, in the order ended, until ``take_ended``
+    hands the list over; a request ended while running leaves ``runs`` (``retire``).
+    """
+
+    def __init__(self, policy: Policy, predictor: Predictor, runs: RunningSet) -> None:
+        self.policy = policy
+        self.predictor = predictor
+        self.runs = runs
+        self.ended: list[Request] = []          # terminal requests not yet collected
+
+    def take_ended(self) -> list[Request]:
+        """The requests ended since the last call (and forget them here)."""
+        ended, self.ended = self.ended, []
+        return ended
+
     def update_from_output(self, out: SchedulerOutput, result: StepResult, now: float) -> list[Request]:
         policy = self.policy
         for req, n in out.prefill:
@@ -38,20 +57,13 @@ class ApplyMixin(SchedulerState):
         decoded: list[Request] = []
         tenant_names: list[str] = []
         class_names: list[str] = []
-        reached_max: list[Request] = []
         for req in out.decode:                      # hot loop: O(1) per decoding request
             if req.status is not running:
                 continue                            # evicted or aborted since scheduling
             decoded.append(req)
             tenant_names.append(req.tenant)
             class_names.append(req.klass)
-            req.num_computed += 1
-            num_output = req.num_output + 1
-            req.num_output = num_output
-            if req.first_token_s is None:
-                req.first_token_s = now
-            if num_output >= req.max_tokens:
-                reached_max.append(req)
+        reached_max = advance_decodes(decoded, 1, now)
         tenants, classes = count_names(tenant_names), count_names(class_names)   # decoding per name
         if len(decoded) == len(out.decode):
             out.decode_counts = (tenants, classes)
@@ -59,9 +71,9 @@ class ApplyMixin(SchedulerState):
         self.retire(result.failed, result.finished, reached_max, now)
         policy.on_step_end(now, result.duration_s)
         # running requests that may still be prefilling: every other one is decoding (O(prefills))
-        self.maybe_prefilling = [r for r, _ in out.prefill] + out.swapped_in + self.step_stats[2]
-        ended, self.ended = self.ended, []
-        return ended
+        runs = self.runs
+        runs.maybe_prefilling = [r for r, _ in out.prefill] + out.swapped_in + runs.step_stats[2]
+        return self.take_ended()
 
     def retire(self, failed: list[tuple[Request, str]], finished: list[Request],
                reached_max: list[Request], now: float) -> None:
@@ -72,23 +84,21 @@ class ApplyMixin(SchedulerState):
         for req, reason in failed:
             if req.status is Status.RUNNING:
                 done.append(req)
-                self._end(req, Status.FAILED, reason, now)
+                self.end(req, Status.FAILED, reason, now)
         for req in finished:
             if req.status is Status.RUNNING:
                 done.append(req)
-                self._end(req, Status.FINISHED, "eos_or_length", now)
+                self.end(req, Status.FINISHED, "eos_or_length", now)
         for req in reached_max:
             if req.status is Status.RUNNING:
                 done.append(req)
-                self._end(req, Status.FINISHED, "max_tokens", now)
+                self.end(req, Status.FINISHED, "max_tokens", now)
         if done:
-            # every running request is RUNNING (invariant) and _end just ended these
-            running = Status.RUNNING        # a local: Python 3.11 does not cache class attributes
-            self.running = [r for r in self.running if r.status is running]
-            for req in done:
-                self.pool.release(req)
+            self.runs.release_ended(done)   # every running request is RUNNING but these
 
-    def _end(self, req: Request, status: Status, reason: str, now: float) -> None:
+    def end(self, req: Request, status: Status, reason: str, now: float) -> None:
+        """Give ``req`` its one terminal ``status`` with its ``reason`` (it leaves no slot or KV
+        here: the caller frees those); the policy and the predictor learn of it."""
         req.status = status
         req.reason = reason
         req.finish_s = now

@@ -2,11 +2,11 @@
 
 Most running requests are decoding, and the oldest usually come first in running order.
 After a step, the only running requests that may not be decoding are those the step
-prefilled, swapped in or found prefilling (``IterationScheduler.maybe_prefilling``); so the
+prefilled, swapped in or found prefilling (``RunningSet.maybe_prefilling``); so the
 leading run of surely-decoding requests is found with a few C-level index scans, and when
 the token budget and the free KV blocks cover all of them no eviction can happen and their
 order does not matter: they are scheduled with comprehensions instead of one by one.  The
-per-request loop in ``IterationScheduler._schedule_running`` takes over after them, and
+per-request loop in ``running_pass.RunningPass.run`` takes over after them, and
 takes everything when a condition fails -- the result is the same either way.  A decode
 hold (``Policy.decode_hold``) is applied to them as the loop would, request by request.
 """
@@ -41,7 +41,7 @@ def bulk_decodes(running: list[Request], pool: BlockPool, out: SchedulerOutput, 
     loop, untouched.  With a ``hold``, the first ones in running order that the loop would
     hold (a held tenant's, not held in step ``step_no - 1``, up to ``hold.num_to_hold``) are
     held exactly as it would.  O(m) in one pass; a request whose context fills its last
-    block gets one more (``pool.held`` kept)."""
+    block gets one more (``BlockPool.add_blocks``)."""
     decs = running[:m]
     held_now: list[Request] = []
     if hold is not None and hold.num_to_hold > 0:
@@ -57,25 +57,19 @@ def bulk_decodes(running: list[Request], pool: BlockPool, out: SchedulerOutput, 
     n = len(decs)
     if n > (budget.prefill_left if budget.shared else budget.decode_left):
         return 0, 0, 0, 0
-    bs = pool.block_size
     crossing: list[Request] = []        # contexts that fill their last block
     ctx = 0
     for r in decs:
-        c = r.num_computed
-        ctx += c
-        if c >= r.blocks * bs:
+        ctx += r.num_computed
+        if pool.needs_block(r):
             crossing.append(r)
-    if len(crossing) > pool.num_free:
+    if not pool.can_add_blocks(len(crossing)):
         return 0, 0, 0, 0
     for r in held_now:
         r.last_held_step = step_no
     if held_now and hold is not None:
         hold.num_to_hold -= len(held_now)
-    held = pool.held
-    for r in crossing:
-        r.blocks += 1
-        held[r.tenant] += 1
-    pool.num_free -= len(crossing)
+    pool.add_blocks(crossing)
     if budget.shared:
         budget.prefill_left -= n
     else:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request as HTTPRequest
@@ -40,6 +41,7 @@ from .defaults import DEFAULT_GRACE_S
 from .errors import FAIL_STATUS, REJECT_STATUS, ServiceError, http_status_of
 from .jobs import Delta, Done, Failed, GenRequest, Job, RecordSink, failed_event
 from .openai_schema import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, error_body, full_response, now_s
+from .body_precheck import PROCESS_PARSE_BYTES
 from .limits import OFFLOAD_PARSE_BYTES, read_body
 from .openapi import install_openapi
 from .parsing import validation_message, build_gen_request, parse_body
@@ -98,18 +100,26 @@ def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
             raise ServiceError(401, err.message, "invalid_api_key",
                                headers={"www-authenticate": "Bearer"}) from None
 
-    async def parse(request: HTTPRequest, model_cls):
+    async def parse(request: HTTPRequest, kind: str, model_cls):
         tenant = authenticate(request)
         raw_bytes = await read_body(request, service.max_body_bytes)
-        if len(raw_bytes) > OFFLOAD_PARSE_BYTES:      # a big body is parsed off the event loop
+        bound = 0
+        if len(raw_bytes) > PROCESS_PARSE_BYTES:      # parsed in a helper process (body_precheck.py)
+            verdict = await service.prechecker.check(raw_bytes, kind, *service.prompt_bounds(), tenant=tenant)
+            if verdict is not None:
+                bound = verdict.min_prompt_tokens
+                if verdict.reduced is not None:       # refused by its length: its prompt is not needed
+                    raw_bytes = json.dumps(verdict.reduced).encode()
+        if len(raw_bytes) > OFFLOAD_PARSE_BYTES:
             body, raw = await run_in_threadpool(parse_body, raw_bytes, model_cls)
         else:
             body, raw = parse_body(raw_bytes, model_cls)
-        return tenant, body, raw
+        return tenant, body, raw, bound
 
     async def generate(request: HTTPRequest, kind: str, model_cls) -> Response:
-        tenant, body, raw = await parse(request, model_cls)
+        tenant, body, raw, bound = await parse(request, kind, model_cls)
         g = build_gen_request(kind, body, raw, request.headers, tenant)
+        g.min_prompt_tokens = bound
         await service.prepare(g)       # tokenization/templating, off the event loop
         job = service.submit(g)        # ServiceError -> handler
         headers = {"x-request-id": g.request_id, "x-tokenfair-tenant": tenant, "x-tokenfair-class": job.req.klass}
@@ -122,22 +132,27 @@ def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
                     service.cancel(job)
                     return Response(status_code=499)
                 text, end = res
+                if job.fault is not None:
+                    service.cancel(job, job.fault)
                 if isinstance(end, Failed):
                     return JSONResponse(error_body(end.status, end.message, end.code, end.param), status_code=end.status,
                                         headers={**end.headers, **headers})
                 return JSONResponse(full_response(kind, g.request_id, job.model, text, end.finish_reason,
                                                   end.prompt_tokens, end.completion_tokens), headers=headers)
-            first = await race(job.next_event(), watcher)
+            first = await race(job.next_event_or_fault(), watcher)
             if first is None:
                 service.cancel(job)
                 return Response(status_code=499)
             if isinstance(first, Failed):
+                if job.fault is not None:
+                    service.cancel(job, job.fault)
                 return JSONResponse(error_body(first.status, first.message, first.code, first.param),
                                     status_code=first.status,
                                     headers={**first.headers, **headers})
             streaming = True
             watcher.cancel()
-            return EventStream(sse_event(job, first, kind, g), lambda: service.cancel(job), headers)
+            return EventStream(sse_event(job, first, kind, g),
+                               lambda: service.cancel(job, job.fault) if job.fault else service.cancel(job), headers)
         finally:
             if not streaming:
                 watcher.cancel()

@@ -84,3 +84,45 @@ def read_live_log(path: str | Path) -> list[dict]:
         if isinstance(d, dict) and {"event", "version", "time_s"} <= set(d):
             out.append(d)
     return out
+
+
+def previous_labels(events: list[dict], current: str) -> list[str]:
+    """The rollback stack the log implies, oldest first, for a service now starting with the
+    contract labelled ``current``: every applied change pushed the label it replaced
+    (``detail.previous``), every rollback popped one, and a restart with another contract than
+    the one last in force pushed that one.  Refusals and notes change nothing."""
+    stack: list[str] = []
+    last: str | None = None
+    for d in events:
+        event, version = d["event"], d["version"]
+        if event == "refused":
+            continue
+        if event == "start":
+            if last is not None and version != last:
+                stack.append(last)
+        elif event == "rollback":
+            if stack:
+                stack.pop()
+        else:
+            prev = (d.get("detail") or {}).get("previous")
+            if prev is not None and prev != version:
+                stack.append(prev)
+        last = version
+    if last is not None and last != current:
+        stack.append(last)
+    return stack
+
+
+def restore_previous(log: ContractEventLog, current: str) -> list[Contract]:
+    """The contracts of :func:`previous_labels` that the store's ``versions/`` holds with the
+    same content hash (an unversioned contract cannot be restored and is left out)."""
+    out = []
+    for label in previous_labels(read_live_log(log.path), current):
+        version, _, digest = label.rpartition("@")
+        try:
+            c = log.store.load(version) if version in log.store.versions() else None
+        except (StoreError, ContractError, OSError):
+            c = None
+        if c is not None and c.content_hash == digest:
+            out.append(c)
+    return out

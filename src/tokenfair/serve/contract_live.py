@@ -106,9 +106,10 @@ class LiveContract:
         self.events: list[ContractEvent] = []
         self.canary = None                  # the running canary (serve/canary.py), if any
         if log is not None:                 # the changes before this start, from the store's live log
-            from .contract_events import read_live_log
+            from .contract_events import read_live_log, restore_previous
             self.events = [ContractEvent(d["event"], d["version"], float(d["time_s"]), d.get("reason", ""),
                                          d.get("detail") or {}) for d in read_live_log(log.path)[-MAX_EVENTS:]]
+            self.previous = restore_previous(log, self.label)   # rollback works across a restart
             log.keep_version(self.contract)
         self.on_apply: list = []            # callables (contract, event) run after each applied change
         self.note("start", "the contract the service started with")

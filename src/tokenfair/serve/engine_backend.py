@@ -157,13 +157,19 @@ class EngineBackend(EngineWorker, Service):
         tokenize/template it in a worker thread: the event loop never waits for it."""
         self._check_model(g)
         chars = prompt_chars(g)
+        bound = g.min_prompt_tokens            # from body_precheck, for a big body
         if chars is not None and self.loaded is not None:
-            if self.max_token_chars is None:
-                self.max_token_chars = max_token_chars(self.loaded)
-            bound = min_prompt_tokens(chars, self.max_token_chars)
-            if bound >= self.max_context:
-                self._refuse_context(g, bound, None)
+            bound = max(bound, min_prompt_tokens(chars, self.prompt_bounds()[1]))
+        if bound >= self.max_context:
+            self._refuse_context(g, bound, None)
         g.prompt_ids = await run_in_threadpool(tokenize_prompt, g, self.loaded, self.vocab_size)
+
+    def prompt_bounds(self) -> tuple[int | None, int | None]:
+        if self.loaded is None:
+            return self.max_context, None
+        if self.max_token_chars is None:
+            self.max_token_chars = max_token_chars(self.loaded)
+        return self.max_context, self.max_token_chars
 
     def _check_model(self, g: GenRequest) -> None:
         if g.model and g.model not in self.model_names():
@@ -212,7 +218,7 @@ class EngineBackend(EngineWorker, Service):
                 raise self.refuse(req, door[0], now, retry_after=door[1], endpoint=g.kind)
             self.sched.add_request(req, now)
             if req.status is Status.REJECTED:
-                self.sched.ended = [r for r in self.sched.ended if r is not req]
+                self.sched.forget_ended(req)
                 raise self.refuse(req, req.reason, now, endpoint=g.kind)
             self.jobs[req.request_id] = job
             self._adds.append(req)

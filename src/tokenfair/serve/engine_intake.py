@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ..engine.sampling import InvalidSamplingError, SamplingParams
 from .errors import ServiceError
+from . import limits
 from .jobs import GenRequest
 
 
@@ -76,13 +77,4 @@ def sampling_of(body) -> SamplingParams:
 def context_refusal(num_prompt: int, asked: int | None, max_context: int, g: GenRequest) -> tuple[str, str] | None:
     """(reason, param) when the prompt, or the prompt plus the asked ``max_tokens``, does not
     fit ``max_context`` tokens; None when it fits (an unset ``max_tokens`` is then clamped)."""
-    if num_prompt >= max_context:
-        return (f"context_length_exceeded: This model's maximum context length is {max_context} tokens. "
-                f"However, your {prompt_param(g)} resulted in {num_prompt} tokens. Please reduce the length "
-                f"of the {prompt_param(g)}.", prompt_param(g))
-    if asked is not None and num_prompt + asked > max_context:
-        return (f"context_length_exceeded: This model's maximum context length is {max_context} tokens. "
-                f"However, you requested {num_prompt + asked} tokens ({num_prompt} in the {prompt_param(g)}, "
-                f"{asked} in the completion). Please reduce the length of the {prompt_param(g)} or completion.",
-                "max_tokens")
-    return None
+    return limits.context_refusal(num_prompt, asked, max_context, prompt_param(g))

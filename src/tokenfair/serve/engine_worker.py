@@ -23,8 +23,7 @@ class EngineWorker:
     """The worker thread's side of :class:`~tokenfair.serve.engine_backend.EngineBackend` (a mixin)."""
 
     def _drain_ended(self) -> list[Request]:
-        ended, self.sched.ended = self.sched.ended, []
-        return ended
+        return self.sched.take_ended()
 
     def _publish(self, tokens: list[tuple[ServeJob, list[int]]], ended: list[Request], threadsafe: bool) -> None:
         items: list[tuple[ServeJob, tuple]] = [(job, ("tok", ids)) for job, ids in tokens]

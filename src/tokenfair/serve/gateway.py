@@ -67,6 +67,7 @@ from .app import GenRequest, Job, RecordSink, Service, failed_event
 from .auth import KeyRing
 from .gateway_backend import BackendClient, GatewayJob
 from .gateway_dispatch import IDLE_POLL_S, Dispatcher
+from .gateway_context import context_refusal
 from .gateway_errors import scrub
 from .gateway_health import BackendHealth, HealthConfig, ProbeState
 from .jobs import Failed
@@ -158,6 +159,9 @@ class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
         expects for their prompt (queued behind other prompts there; saturation.py)."""
         return late_first_tokens(b, [j for j in self.running if j.backend is b], self.now())
 
+    def prompt_bounds(self) -> tuple[int | None, int | None]:
+        return self.max_context, None           # no tokenizer: only the certain bounds (body_precheck)
+
     def model_names(self) -> list[str]:
         names: list[str] = []
         for b in self.backends:
@@ -195,15 +199,16 @@ class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
     # ------------------------------------------------------------------ intake
     def submit(self, g: GenRequest) -> GatewayJob:
         now = self.now()
-        est = estimate_prompt_tokens(g, self.chars_per_token)
+        est = max(estimate_prompt_tokens(g, self.chars_per_token), g.min_prompt_tokens)
         asked = g.body.requested_max_tokens()
         max_tokens = asked if asked is not None else self.max_tokens_default
-        if self.max_context is not None:
-            if est >= self.max_context:
+        if self.max_context is not None:           # gateway_context.py: refused only when certain
+            refusal = context_refusal(g, est, asked, self.max_context)
+            if refusal is not None:
                 req = self.intake(g, est, 1, now)
-                raise self.refuse(req, f"context_length_exceeded: the prompt has ~{est} tokens; the backends' "
-                                       f"context holds {self.max_context} tokens", now, endpoint=g.kind)
-            max_tokens = min(max_tokens, self.max_context - est)
+                raise self.refuse(req, refusal[0], now, endpoint=g.kind, param=refusal[1])
+            if asked is None:                      # the charge's bound for a request without one
+                max_tokens = max(1, min(max_tokens, self.max_context - est))
         req = self.intake(g, est, max_tokens, now)
         if self.closing:
             raise self.refuse(req, "shutting_down: the gateway is stopping", now, endpoint=g.kind)

@@ -67,6 +67,7 @@ class GenRequest:
     priority: float | None = None
     forward_headers: dict[str, str] = field(default_factory=dict)
     prompt_ids: list[int] | None = None   # set by Service.prepare (serve: tokenized off the event loop)
+    min_prompt_tokens: int = 0            # >= 0: a lower bound on the prompt's tokens (body_precheck)
 
     @property
     def stream(self) -> bool:
@@ -85,14 +86,25 @@ class Job:
         self.req = req
         self.model = g.model or ""
         self.finished = asyncio.Event()
+        self.fault: str | None = None      # set: this request's own event handling raised (the reason)
 
     async def next_event(self) -> Delta | Done | Failed:
         raise NotImplementedError
 
+    async def next_event_or_fault(self) -> Delta | Done | Failed:
+        """``next_event``, or -- when turning this request's tokens into text raises (a
+        detokenizer or stop-string fault) -- a 500 ``request_fault`` for it alone; the
+        caller then ends the job with ``fault`` as its reason."""
+        try:
+            return await self.next_event()
+        except Exception as err:  # noqa: BLE001 - the fault stays with this request
+            self.fault = f"request_fault: {type(err).__name__}: {err}"
+            return Failed(500, self.fault, "request_fault")
+
     async def collect(self) -> tuple[str, Done | Failed]:
         parts = []
         while True:
-            ev = await self.next_event()
+            ev = await self.next_event_or_fault()
             if isinstance(ev, Delta):
                 parts.append(ev.text)
             else:

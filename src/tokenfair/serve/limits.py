@@ -81,3 +81,21 @@ def max_token_chars(loaded) -> int:
     if tok is None:
         return 1
     return max((len(t) for t in tok.get_vocab(with_added_tokens=True)), default=1)
+
+
+def context_refusal(num_prompt: int, asked: int | None, max_context: int, param: str,
+                    qualifier: str = "") -> tuple[str, str] | None:
+    """(reason, param) as OpenAI words it when a prompt of ``num_prompt`` tokens (``param``:
+    ``prompt`` or ``messages``), or it plus the asked ``max_tokens``, does not fit
+    ``max_context`` tokens; None when it fits.  ``qualifier`` ("~", "at least ") says how
+    ``num_prompt`` is known when it is not counted by the tokenizer."""
+    if num_prompt >= max_context:
+        return (f"context_length_exceeded: This model's maximum context length is {max_context} tokens. "
+                f"However, your {param} resulted in {qualifier}{num_prompt} tokens. Please reduce the length "
+                f"of the {param}.", param)
+    if asked is not None and num_prompt + asked > max_context:
+        return (f"context_length_exceeded: This model's maximum context length is {max_context} tokens. "
+                f"However, you requested {qualifier}{num_prompt + asked} tokens ({qualifier}{num_prompt} in the "
+                f"{param}, {asked} in the completion). Please reduce the length of the {param} or completion.",
+                "max_tokens")
+    return None

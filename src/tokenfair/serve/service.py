@@ -16,6 +16,7 @@ from ..evaluation.metrics import entitled_shares, request_record
 from ..core.request import Request, Status
 from ..workloads.workload import TraceRow
 from .auth import KeyRing
+from .body_precheck import BodyPrechecker
 from .errors import ServiceError, http_status_of
 from .jobs import GenRequest, Job, RecordSink
 from .defaults import DEFAULT_MAX_BODY_BYTES
@@ -46,6 +47,7 @@ class Service:
         self.policy_lock: Any = nullcontext()
         self.admitted_by: dict[str, tuple[str, str]] = {}   # request id -> (version, hash) at intake
         self.live: Any = None                              # serve/contract_live.LiveContract
+        self.prechecker = BodyPrechecker()                 # big bodies, parsed in a helper process
 
     # -- clock & ids
     def now(self) -> float:
@@ -172,6 +174,11 @@ class Service:
         """The model ids for ``GET /v1/models`` (``headers``: the client's request headers)."""
         return self.model_names()
 
+    def prompt_bounds(self) -> tuple[int | None, int | None]:
+        """(context in tokens, longest token in characters) for refusing a big body's prompt
+        by its length alone; None where unknown (the gateway has no tokenizer)."""
+        return None, None
+
     async def prepare(self, g: GenRequest) -> None:
         """Work on ``g`` that may be slow (tokenizing), done before ``submit``, off the event loop."""
 
@@ -198,6 +205,7 @@ class Service:
         """Let accepted requests finish for up to ``grace_s``; then fail the rest ("shutdown")."""
 
     async def stop(self) -> None:
+        self.prechecker.close()
         self.records.close()
 
 

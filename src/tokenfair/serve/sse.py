@@ -89,4 +89,4 @@ async def sse_event(job: Job, first, kind: str, g: GenRequest) -> AsyncIterator[
             yield sse(error_body(ev.status, ev.message, ev.code))
             yield SSE_DONE
             return
-        ev = await job.next_event()
+        ev = await job.next_event_or_fault()

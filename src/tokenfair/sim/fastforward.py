@@ -8,7 +8,9 @@ step in which a request finishes (true length or ``max_tokens``):
 
   * step j's duration is the cost model's ``step_s([], ctx_j, n)`` (``StepCost.decode_s``: the
     same float operations), added to the clock in the same order, so times are identical;
-  * requests advance k tokens, KV blocks grow to ``max(blocks, ceil(context / block_size))``;
+  * requests advance k tokens (``sched/decode.advance_decodes``, stepping's own decode
+    advance), KV blocks grow to ``max(blocks, ceil(context / block_size))``
+    (``BlockPool.grow_decodes``);
     a segment stops before a step whose block growth the pool could not hold (eviction goes
     through the normal path) and before the step at which the next arrival is due;
   * the policy gets ``on_fast_forward`` (exactly what ``on_decoded`` + ``on_step_end`` per
@@ -33,30 +35,22 @@ from typing import Callable
 from ..core.kv import BlockPool
 from ..runtime.recorder import Recorder
 from ..core.request import Request, Status, count_by_tenant_and_class
+from ..sched.decode import advance_decodes
 from ..sched.scheduler import IterationScheduler
 from .engine import RowFedEngine
 
 Counts = tuple[dict[str, int], dict[str, int]]     # running requests per tenant, per class
 
-def _growth(running: list[Request], bs: int, k: int) -> int:
-    """KV blocks that ``k`` more decode steps add to ``running``: O(n)."""
-    total = 0
-    for r in running:
-        g = -(-(r.num_computed + k) // bs) - r.blocks
-        if g > 0:
-            total += g
-    return total
-
-
-def _kv_bound(running: list[Request], free: int, bs: int, k_max: int) -> int:
-    """Largest k <= k_max whose growth fits in ``free`` blocks (growth is monotone in k, so
-    every earlier step fits too): O(n log k_max)."""
-    if _growth(running, bs, k_max) <= free:
+def _kv_bound(running: list[Request], pool: BlockPool, k_max: int) -> int:
+    """Largest k <= k_max whose growth fits in the pool's free blocks (growth is monotone in
+    k, so every earlier step fits too): O(n log k_max)."""
+    free = pool.num_free
+    if pool.blocks_to_decode(running, k_max) <= free:
         return k_max
     lo, hi = 0, k_max
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if _growth(running, bs, mid) <= free:
+        if pool.blocks_to_decode(running, mid) <= free:
             lo = mid
         else:
             hi = mid
@@ -68,7 +62,7 @@ def _eligible(sched: IterationScheduler, now: float, next_arrival: float) -> boo
     O(prefills of the last step)."""
     policy = sched.policy
     running = sched.running
-    hint = sched.maybe_prefilling
+    hint = sched.runs.maybe_prefilling
     return bool(running and next_arrival > now and policy.can_fast_forward()
                 and hint is not None and not policy.num_waiting()
                 and len(running) <= sched.contract.engine.decode_token_budget
@@ -114,7 +108,6 @@ def _segment(sched: IterationScheduler, engine: RowFedEngine, recorder: Recorder
     O(n) in a few passes, plus O(n log k) when the pool is nearly full."""
     running = sched.running
     pool = sched.pool
-    bs = pool.block_size
     stop_at = engine.stop_at
     n = len(running)
     gaps: list[int] = []                  # steps until each one stops
@@ -125,8 +118,33 @@ def _segment(sched: IterationScheduler, engine: RowFedEngine, recorder: Recorder
     k_fin = min(gaps)
     if k_fin < 1:
         return now, 0, False, counts
-    free0 = pool.num_free
-    k_max = k_fin if n * (k_fin // bs + 1) <= free0 else _kv_bound(running, free0, bs, k_fin)
+    k_max = k_fin if n * (k_fin // pool.block_size + 1) <= pool.num_free else _kv_bound(running, pool, k_fin)
+    ends, durations = _step_times(engine, ctx, n, now, next_arrival, k_max)
+    k = len(ends)
+    if k == 0:
+        return now, 0, False, counts
+    policy = sched.policy
+    if first:                             # as the first step's schedule() does (see above)
+        policy.prefill_budget(sched.step_stats, now)
+    usage_after = _usage_after(running, pool, ends, recorder.bucket_s)
+    tenants, classes = counts = counts or count_by_tenant_and_class(running)
+    pool.grow_decodes(running, k)         # the decode path, k steps at once (sched/decode.py)
+    at_max = advance_decodes(running, k, now)
+    t = ends[-1]
+    finishing = k == k_fin
+    policy.on_fast_forward(running, now, ends, durations, end_last=not finishing, tenant_counts=tenants)
+    engine.advance(durations)
+    if finishing:
+        counts = _retire(sched, engine, running, gaps, k, at_max, t, durations[-1], counts)
+    recorder.record_run(tenants, classes, ends, durations, usage_after, len(sched.running))
+    sched.record_decode_run(k, n, ctx + (k - 1) * n)
+    return t, k, finishing, counts
+
+
+def _step_times(engine: RowFedEngine, ctx: int, n: int, now: float, next_arrival: float,
+                k_max: int) -> tuple[list[float], list[float]]:
+    """End times and durations of up to ``k_max`` decode steps of ``n`` requests from context
+    sum ``ctx``, none starting at or after ``next_arrival``: O(k)."""
     cost = engine.cost
     ends: list[float] = []
     durations: list[float] = []
@@ -138,48 +156,26 @@ def _segment(sched: IterationScheduler, engine: RowFedEngine, recorder: Recorder
         t += dt
         ends.append(t)
         durations.append(dt)
-    k = len(ends)
-    if k == 0:
-        return now, 0, False, counts
-    policy = sched.policy
-    if first:                             # as the first step's schedule() does (see above)
-        policy.prefill_budget(sched.step_stats, now)
-    usage_after = _usage_after(running, pool, ends, recorder.bucket_s)
-    tenants, classes = counts = counts or count_by_tenant_and_class(running)
-    grown = 0
-    held = pool.held
-    for r in running:
-        c = r.num_computed + k
-        r.num_computed = c
-        r.num_output += k
-        nb = -(-c // bs)
-        if nb > r.blocks:
-            grown += nb - r.blocks
-            held[r.tenant] += nb - r.blocks
-            r.blocks = nb
-    pool.num_free -= grown
-    finishing = k == k_fin
-    policy.on_fast_forward(running, now, ends, durations, end_last=not finishing, tenant_counts=tenants)
-    engine.advance(durations)
-    if finishing:                         # retire() replaces sched.running, not this list
-        # only the requests stopping at this step can be done or at max_tokens (each other
-        # one is short of both), so this keeps running order as filtering all of them would
-        ending = [r for r, g in zip(running, gaps) if g == k]
-        true_len = engine.true_lengths
-        done = [r for r in ending if r.num_output >= true_len[r]]
-        at_max = [r for r in ending if r.num_output >= r.max_tokens]
-        sched.retire([], done, at_max, t)
-        policy.on_step_end(t, durations[-1])
-        for r in done + at_max:           # as SimEngine.execute forgets what ends
-            engine.forget(r)
-        sched.ended = []
-        counts = _without(counts, [r for r in ending if r.status is not Status.RUNNING])
-    recorder.record_run(tenants, classes, ends, durations, usage_after, len(sched.running))
-    sched.step_stats = (n, ctx + (k - 1) * n, [])
-    sched.num_steps += k                  # as k schedule() calls would (numbers decode holds)
-    sched.num_fast_forwarded_steps += k
-    sched.maybe_prefilling = []           # every running request decodes
-    return t, k, finishing, counts
+    return ends, durations
+
+
+def _retire(sched: IterationScheduler, engine: RowFedEngine, running: list[Request], gaps: list[int],
+            k: int, at_max: list[Request], t: float, duration_s: float, counts: Counts) -> Counts:
+    """The segment's finishing step: its done and ``max_tokens`` requests end as stepping
+    ends them (``retire`` between the policy's ``on_decoded`` and ``on_step_end``); the
+    counts less them."""
+    # only the requests stopping at this step can be done or at max_tokens (each other
+    # one is short of both), so this keeps running order as filtering all of them would;
+    # retire() replaces sched.running, not ``running``
+    ending = [r for r, g in zip(running, gaps) if g == k]
+    true_len = engine.true_lengths
+    done = [r for r in ending if r.num_output >= true_len[r]]
+    sched.retire([], done, at_max, t)
+    sched.policy.on_step_end(t, duration_s)
+    for r in done + at_max:               # as SimEngine.execute forgets what ends
+        engine.forget(r)
+    sched.take_ended()
+    return _without(counts, [r for r in ending if r.status is not Status.RUNNING])
 
 
 def _usage_after(running: list[Request], pool: BlockPool, ends: list[float],

@@ -146,8 +146,7 @@ class PolicyBridge:
             req.num_preemptions = int(vreq.num_preemptions)
             req.last_preempt_s = now
             req.recomputed_tokens += req.num_computed
-            self.pool.held[req.tenant] = max(0, self.pool.held.get(req.tenant, 0) - req.blocks)
-            req.blocks = 0
+            self.pool.drop_mirrored(req)
             req.num_computed = 0
         req.status = Status.WAITING
         self.policy.enqueue(req, now)
@@ -159,16 +158,12 @@ class PolicyBridge:
         now = self.clock()
         self.step_started_s = now
         pool, bs = self.pool, self.pool.block_size
-        pool.num_free = num_free_blocks
-        held: dict[str, int] = {}
+        holders: list[tuple[Request, int]] = []
         for vreq in running:
             req = self.by_id.get(vreq.request_id)
-            if req is None:
-                continue
-            req.blocks = -(-int(vreq.num_computed_tokens) // bs)
-            held[req.tenant] = held.get(req.tenant, 0) + req.blocks
-        pool.held.clear()
-        pool.held.update(held)
+            if req is not None:
+                holders.append((req, -(-int(vreq.num_computed_tokens) // bs)))
+        pool.mirror(num_free_blocks, holders)
         self._rank_victims(running, now)
         budget = self.policy.prefill_budget(self.step_stats, now)
         if not any(r.tpot_slo_s for r in self.policy_running(running)):
