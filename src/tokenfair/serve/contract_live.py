@@ -54,33 +54,9 @@ def live_change_error(old: Contract, new: Contract) -> str | None:
 def rebind_policy(policy, new: Contract) -> None:
     """Point ``policy`` at ``new``: tenants take their new specs; queued work is untouched."""
     policy.contract = new
-    tenants = getattr(policy, "tenants", None)
-    if not isinstance(tenants, dict):
-        return              # fifo / sjf / priority / vtc read the contract when they meet a tenant
-    adm = policy.admission
-    adm.contract = new
-    adm.max_running = new.engine.max_running
-    policy.preemption.spec = new.preemption
-    for name, t in tenants.items():
-        spec = new.tenant(name)
-        old_w = t.weight
-        rl = spec.rate_limit
-        if rl is None:
-            t.bucket = 0.0
-        elif t.spec.rate_limit is None:
-            t.bucket = rl.burst_tokens
-        else:
-            t.bucket = min(t.bucket, rl.burst_tokens)
-        t.spec, t.weight = spec, spec.weight
-        policy.total_weight += spec.weight - old_w
-        if t.active:
-            policy.active_weight += spec.weight - old_w
-    policy.guaranteed = [t for t in tenants.values() if t.spec.min_share > 0]
-    policy.rate_limited = [t for t in tenants.values() if t.spec.rate_limit is not None]
-    adm.owners = [t for t in tenants.values() if adm.reserved_slots(t) > 0]
-    policy.class_min = {k: s.min_share for k, s in new.classes.items() if s.min_share > 0}
-    policy.headroom_slots = int(new.admission.headroom_slot_fraction * new.engine.max_running)
-    policy.headroom_blocks = int(new.admission.headroom_kv_fraction * policy.pool.num_blocks)
+    rebind = getattr(policy, "rebind_contract", None)
+    if rebind is not None:
+        rebind(new)         # the fair policy's parts; fifo / sjf / priority / vtc read the contract
     # the reservations cached by the fair policy are recomputed at its next on_step_end
 
 
