@@ -40,7 +40,7 @@ def _brute_force(step, budget, ctx, n, target):
 
 
 def test_shaped_budget_with_the_last_answer_first_equals_bisection():
-    """``FairPolicy._shaped_budget`` tries the previous step's answer first; on slowly and
+    """``BudgetShaper.shaped`` (sched/fair/shaping.py) tries the previous step's answer first; on slowly and
     abruptly changing decode batches, for every profile and budgets that are and are not
     multiples of 64, it returns the largest fitting multiple of 64 (found by brute force)."""
     import signal
@@ -58,14 +58,12 @@ def test_shaped_budget_with_the_last_answer_first_equals_bisection():
 
 
 def _check_shaping():
-    from tokenfair.sched.fair.batching import BatchingMixin
+    from tokenfair.sched.fair.shaping import BudgetShaper
 
     rng = random.Random(11)
     for prof in BUILTIN_PROFILES.values():
-        shaper = BatchingMixin()
-        shaper._cost = prof.cost
+        shaper = BudgetShaper(prof.cost)
         step = prof.cost.chunk_s
-        shaper._last_shaped = 0
         ctx, n = 40_000, 40
         for _ in range(3000):
             if rng.random() < 0.1:
@@ -78,4 +76,4 @@ def _check_shaping():
             target = rng.choice([0.04, 0.08, 0.2]) * rng.uniform(0.5, 1.5)
             if step(budget, ctx, n) <= target:
                 continue                      # prefill_budget returns the budget itself
-            assert shaper._shaped_budget(budget, ctx, n, target) == _brute_force(step, budget, ctx, n, target)
+            assert shaper.shaped(budget, ctx, n, target) == _brute_force(step, budget, ctx, n, target)

@@ -32,7 +32,7 @@ def _served(p, name, recent, queued=0.0):
     t.recent, t.recent_t, t.active = recent, 0.0, True
     if queued:
         t.queued_cost["interactive"] = queued
-    p._level_t = float("-inf")            # the water level is re-read
+    p.meter.level_t = float("-inf")      # the water level is re-read
     return t
 
 
@@ -41,19 +41,19 @@ def test_light_counts_what_the_tenant_still_asks_for():
     _served(p, "heavy", 100_000.0)
     small = _served(p, "small", 1_000.0, queued=5_000.0)
     docs = _served(p, "docs", 0.0, queued=95_000.0)    # never served, but a 95K-cost backlog
-    assert p.is_light(small, 0.0)
-    assert p.under_share(docs, 0.0) and not p.is_light(docs, 0.0)   # owed service, but not light
-    assert not p.under_share(p.tenants["heavy"], 0.0) and not p.is_light(p.tenants["heavy"], 0.0)
+    assert p.meter.is_light(small, 0.0)
+    assert p.meter.under_share(docs, 0.0) and not p.meter.is_light(docs, 0.0)   # owed service, but not light
+    assert not p.meter.under_share(p.tenants["heavy"], 0.0) and not p.meter.is_light(p.tenants["heavy"], 0.0)
     # a running request's remaining predicted cost counts too
     req = Request("r", 0, "small", "interactive", 0.0, 80_000, 10)
     req.status, req.charged, req.used_cost = Status.RUNNING, 95_020.0, 1_000.0
-    assert not p.is_light(small, 0.0, req)
+    assert not p.meter.is_light(small, 0.0, req)
 
 
 def test_nobody_is_light_before_anyone_was_served():
     p = _policy()
     t = _served(p, "a", 0.0, queued=10.0)
-    assert not p.under_share(t, 0.0) and not p.is_light(t, 0.0)
+    assert not p.meter.under_share(t, 0.0) and not p.meter.is_light(t, 0.0)
 
 
 def test_wfq_pick_among_preferred_tenants_by_key():
@@ -131,10 +131,12 @@ def test_heavy_decodes_give_way_to_a_light_prefill_for_a_bounded_time():
 
 class _FairWithoutHold(FairPolicy):
     """The counterfactual: heavy decodes never give way (a plain-Python subclass; the
-    compiled policy calls its override, as it would a patched method in pure Python)."""
+    compiled scheduler calls its override).  The prefill keeps the whole budget, as with
+    the hold, but no decode is held."""
 
-    def _hold_heavy_decodes(self, budget, n, ctx, target, now):
-        return DecodeHold(frozenset(), 0)
+    def decode_hold(self):
+        hold = super().decode_hold()
+        return None if hold is None else DecodeHold(frozenset(), 0)
 
 
 def test_without_holding_the_light_prefill_would_break_the_tpot_target():

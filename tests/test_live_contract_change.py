@@ -120,30 +120,38 @@ class SwitchingEngine:
 
 
 def check_derived(p, new) -> None:
-    """What the policy derived of the contract equals a fresh bind's; tenant aggregates agree."""
+    """What the policy's parts derived of the contract equals a fresh bind's; tenant
+    aggregates agree."""
     if not (hasattr(p, "tenants") and isinstance(p.tenants, dict)):
         return
     fresh = make_policy("fair")
     fresh.bind(new, PROFILE, BlockPool(PROFILE.num_blocks, PROFILE.block_size), OnlinePredictor())
-    for name in ("wp", "wd", "prefill_rate", "min_grace_s", "headroom_blocks", "headroom_slots", "class_min"):
-        assert getattr(p, name) == getattr(fresh, name), name
-    assert p.wfq.credit == fresh.wfq.credit and p.admission.max_running == fresh.admission.max_running
-    assert p.preemption.spec == new.preemption and p.admission.contract == new and p.contract == new
+    for part, name in (("costs", "wp"), ("costs", "wd"), ("costs", "integral"), ("forecaster", "prefill_rate"),
+                       ("picker", "min_grace_s"), ("headroom", "headroom_blocks"), ("headroom", "headroom_slots"),
+                       ("queue", "class_min"), ("wfq", "credit"), ("admission", "max_running")):
+        assert getattr(getattr(p, part), name) == getattr(getattr(fresh, part), name), (part, name)
+    assert p.can_fast_forward() == fresh.can_fast_forward()
+    assert p.preemption.spec == new.preemption and p.contract == new
+    for part in ("admission", "roster", "queue", "meter", "headroom", "forecaster", "accounting", "shaper",
+                 "urgency"):
+        assert getattr(p, part).contract == new, part
+    roster, queue, meter = p.roster, p.queue, p.meter
     ts = list(p.tenants.values())
     for t in ts:
         assert t.spec == new.tenant(t.name) and t.weight == new.tenant(t.name).weight
-    assert p.total_weight == pytest.approx(sum(t.weight for t in ts))
-    assert p.active_weight == pytest.approx(sum(t.weight for t in ts if t.active))
+    assert roster.total_weight == pytest.approx(sum(t.weight for t in ts))
+    assert roster.active_weight == pytest.approx(sum(t.weight for t in ts if t.active))
     assert p.wfq.backlogged_weight == pytest.approx(sum(t.weight for t in ts if t.num_waiting))
-    assert {t.name for t in p.guaranteed} == {t.name for t in ts if t.spec.min_share > 0}
-    assert {t.name for t in p.rate_limited} == {t.name for t in ts if t.spec.rate_limit is not None}
-    assert set(p.class_heaps) == set(p.class_min) == set(p.class_waiting) == set(p.class_recent)
-    for k, h in p.class_heaps.items():
+    assert {t.name for t in roster.guaranteed} == {t.name for t in ts if t.spec.min_share > 0}
+    assert {t.name for t in roster.rate_limited} == {t.name for t in ts if t.spec.rate_limit is not None}
+    assert {t.name for t in p.admission.owners} == {t.name for t in ts if p.admission.reserved_slots(t) > 0}
+    assert set(queue.class_heaps) == set(queue.class_min) == set(queue.class_waiting) == set(meter.class_recent)
+    for k, h in queue.class_heaps.items():
         queued = {id(e[-1]) for t in ts if k in t.queues for e in t.queues[k].h if live(e)}
-        assert {id(e[-1]) for e in h.h if live(e)} == queued and p.class_waiting[k] == len(queued)
+        assert {id(e[-1]) for e in h.h if live(e)} == queued and queue.class_waiting[k] == len(queued)
     for t in ts:
         for k, q in t.queues.items():
-            assert t.queued_cost.get(k, 0.0) == pytest.approx(sum(p.predicted_cost(e[-1]) for e in q.h if live(e)))
+            assert t.queued_cost.get(k, 0.0) == pytest.approx(sum(p.costs.predicted(e[-1]) for e in q.h if live(e)))
 
 
 def run_switch(policy: str, new: dict, at: int, trace=None):
@@ -176,7 +184,7 @@ def test_new_min_share_class_is_served_from_its_reservation_queue():
     """A class that gains a min share while its requests queue is guaranteed from then on."""
     new = changed(tenants=BASE["tenants"], costs={}, engine=BASE["engine"])
     res, sched, _ = run_switch("fair", new, at=4)
-    assert "interactive" in sched.policy.class_min and "batch" not in sched.policy.class_min
+    assert "interactive" in sched.policy.queue.class_min and "batch" not in sched.policy.queue.class_min
     assert all(r.status is Status.FINISHED for r in res.requests)
 
 
@@ -232,6 +240,6 @@ def test_token_buckets_follow_the_new_rate_limits():
                                           "b": {"rate_limit": {"tokens_per_s": 500, "burst_tokens": 800}}}))
     p.on_contract_change(new, 1.0)
     assert b.bucket == 800.0 and b.bucket_t == 1.0
-    assert a.bucket == 50.0 and [t.name for t in p.rate_limited] == ["a", "b"]
+    assert a.bucket == 50.0 and [t.name for t in p.roster.rate_limited] == ["a", "b"]
     p.on_contract_change(parse_contract(changed(tenants={"a": {}, "b": {}})), 2.0)
-    assert a.bucket == b.bucket == 0.0 and p.rate_limited == []
+    assert a.bucket == b.bucket == 0.0 and p.roster.rate_limited == []

@@ -19,11 +19,13 @@ COMPILED_MODULES = (
     "tokenfair.sched.bulk", "tokenfair.sched.decode", "tokenfair.sched.running_pass",
     "tokenfair.sched.scheduler", "tokenfair.sched.baselines.fifo",
     "tokenfair.sched.baselines.classic", "tokenfair.sched.baselines.vtc",
-    "tokenfair.sched.fair.state", "tokenfair.sched.fair.tenant", "tokenfair.sched.fair.ordering",
+    "tokenfair.sched.fair.tenant", "tokenfair.sched.fair.ordering",
     "tokenfair.sched.fair.wfq", "tokenfair.sched.fair.admission", "tokenfair.sched.fair.preemption",
     "tokenfair.sched.fair.urgency", "tokenfair.sched.fair.accounting", "tokenfair.sched.fair.batching",
     "tokenfair.sched.fair.shares", "tokenfair.sched.fair.policy", "tokenfair.sched.fair.tpot",
     "tokenfair.sched.fair.forecast", "tokenfair.sched.fair.guarantee", "tokenfair.sched.fair.picking",
+    "tokenfair.sched.fair.costs", "tokenfair.sched.fair.steptime", "tokenfair.sched.fair.roster",
+    "tokenfair.sched.fair.headroom", "tokenfair.sched.fair.queue", "tokenfair.sched.fair.shaping",
     "tokenfair.sim.engine", "tokenfair.sim.fastforward", "tokenfair.sim.simulate",
 )
 

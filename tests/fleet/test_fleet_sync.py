@@ -168,7 +168,7 @@ def test_recent_shares_are_the_fleets(redis_server):
         assert wait_until(lambda: g0.sync.num_reads > reads + 1, 3)
         pol = g0.policy
         fleet = dict(g0.sync.recent.recent)
-        local_share = pol.tenants["a"].recent / pol.recent_total
+        local_share = pol.tenants["a"].recent / pol.meter.recent_total
     assert "b" not in pol.tenants                 # gateway 0 never saw tenant b's requests
     a, b = fleet["a"], fleet.get("b", 0.0)
     assert a > 0 and b > a                        # b had 3x the clients

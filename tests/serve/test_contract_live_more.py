@@ -30,8 +30,8 @@ def test_every_section_changes_live_under_load(stack, h):
     r = httpx.post(gt.url + "/admin/contract", content=yaml_body(v2), headers=ADMIN)
     assert r.status_code == 200, r.text
     p = gw.policy
-    assert p.class_min == {"interactive": 0.3} and p.class_waiting["interactive"] == p.num_waiting()
-    assert p.wd == 4.0 and p.admission.max_running == 3 and "batch" in gw.metrics.classes
+    assert p.queue.class_min == {"interactive": 0.3} and p.queue.class_waiting["interactive"] == p.num_waiting()
+    assert p.costs.wd == 4.0 and p.admission.max_running == 3 and "batch" in gw.metrics.classes
     r = httpx.post(gt.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 4},
                    headers={"Authorization": "Bearer key-c"}, timeout=30)
     assert r.status_code == 200 and r.headers["x-tokenfair-tenant"] == "c"      # the new key works at once

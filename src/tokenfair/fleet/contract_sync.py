@@ -11,8 +11,8 @@ Redis holds the live contract's tag (``P:contract``, version@hash), its text as 
   * every gateway compares the fleet's tag with its own at each view (every
     ``heartbeat_s``) and on the announcement, and applies the fleet's through
     ``LiveContract.apply`` (event ``fleet``), which validates it as any live change does.
-    A contract it cannot take live (``live_change_error``) is refused there, logged once,
-    and ``/healthz`` shows ``contract_matches: false``.
+    A contract it refuses (``LiveContract.decide``: a key listed for two tenants, say) is
+    refused there, logged once, and ``/healthz`` shows ``contract_matches: false``.
 
 Bound: a published contract is in force on every live gateway within ``heartbeat_s`` plus a
 round trip (usually at once, from the announcement).  A change made while Redis is

@@ -122,13 +122,14 @@ def apply_recent(policy, tenants: RecentService, classes: RecentService, now: fl
     for r in (tenants, classes):
         r.update(r.cumulative, now)              # decay to now (no new increments)
     fleet_total = sum(tenants.recent.values())
-    local_total = policy.recent_total
+    local_total = policy.meter.recent_total
     if fleet_total <= 0 or local_total <= 0:
         return False
     scale = local_total / fleet_total
     for name, t in policy.tenants.items():
         t.recent = tenants.recent.get(name, 0.0) * scale
         t.recent_t = now
-    for k in policy.class_recent:
-        policy.class_recent[k] = classes.recent.get(k, 0.0) * scale
+    meter = policy.meter
+    for k in meter.class_recent:
+        meter.class_recent[k] = classes.recent.get(k, 0.0) * scale
     return True

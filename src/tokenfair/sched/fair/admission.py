@@ -31,6 +31,13 @@ class AdmissionControl:
         self.max_running = contract.engine.max_running
         self.owners: list[TenantState] = []   # tenants with a reservation
 
+    def rebind(self, new: Contract, tenants: list[TenantState]) -> None:
+        """A live contract change: the new bounds; ``tenants`` (with their new specs) decide
+        who owns a reservation."""
+        self.contract = new
+        self.max_running = new.engine.max_running
+        self.owners = [t for t in tenants if self.reserved_slots(t) > 0]
+
     def register(self, t: TenantState) -> None:
         if self.reserved_slots(t) > 0:
             self.owners.append(t)

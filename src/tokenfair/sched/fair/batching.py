@@ -2,7 +2,7 @@
 
 * the prefill budget is shaped so the predicted step (last step's decode batch plus the
   prefill) stays within ``TPOT_MARGIN`` x the tightest TPOT SLO among the running decodes
-  (``tpot.py``; none has one: the contract's budget; bisection, O(log budget));
+  (``tpot.py``; none has one: the contract's budget; bisection, ``shaping.py``);
 * a light tenant's prefill that can finish within one step's budget may take all of it;
   everything else is capped at ``chunk_size`` (a 20K prompt never holds a step);
 * a running prefill of a tenant that is not light waits behind light tenants' prefill work
@@ -14,124 +14,108 @@
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr
-
 from typing import Final
 
+from ...contracts.contract import Contract
 from ...core.request import Request, Status
 from ..policy import DecodeHold
-from .accounting import AccountingMixin
-from .state import LIGHT_FRACTION
+from .queue import WaitingQueue
+from .roster import TenantRoster
+from .shaping import BudgetShaper
+from .shares import LIGHT_FRACTION, ShareMeter
+from .tpot import DecodeSLOs
+from .wfq import VirtualTimeWFQ
 
-MIN_PREFILL_BUDGET: Final = 128
 TPOT_MARGIN: Final = 0.8
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
-class BatchingMixin(AccountingMixin):
-    """Part of :class:`FairPolicy`; uses its tenants, WFQ and share meter."""
+class PrefillShaper:
+    """This step's prefill budget, chunks, deferrals and decode hold.
+
+    Invariants: ``hold`` is the decode hold of the step being built (set by
+    :meth:`prefill_budget`, None: none); ``light_prefilling``: a light tenant's prefill runs
+    in it; ``admitted_prefills``: the requests admitted in prefill since the last
+    :meth:`prefill_budget` (noted by :meth:`note_admitted`)."""
+
+    def __init__(self, contract: Contract, shaper: BudgetShaper, roster: TenantRoster, meter: ShareMeter,
+                 wfq: VirtualTimeWFQ, queue: WaitingQueue, decode_slos: DecodeSLOs) -> None:
+        self.contract = contract
+        self.shaper = shaper
+        self.roster = roster
+        self.meter = meter
+        self.wfq = wfq
+        self.queue = queue
+        self.decode_slos = decode_slos
+        self.hold: DecodeHold | None = None
+        self.light_prefilling = False
+        self.admitted_prefills: list[Request] = []
+
+    def note_admitted(self, req: Request) -> None:
+        self.admitted_prefills.append(req)
 
     def prefill_budget(self, last_step: tuple[int, int, list[Request]], now: float) -> int:
         """The contract's prefill budget, shaped so the predicted step (with last step's decode
-        batch) stays within ``TPOT_MARGIN`` x the tightest TPOT SLO of a running decode:
-        bisection over multiples of 64, O(log budget) cost-model calls.  While a light
-        tenant's prefill runs, the prefill keeps the whole budget and the heavy tenants'
-        decodes give way instead (:meth:`decode_hold`)."""
+        batch) stays within ``TPOT_MARGIN`` x the tightest TPOT SLO of a running decode.
+        While a light tenant's prefill runs, the prefill keeps the whole budget and the
+        heavy tenants' decodes give way instead (``hold``)."""
         budget = self.contract.engine.prefill_token_budget
-        self._now = now
-        self._hold = None
+        self.hold = None
         n, ctx, prefilling = last_step
-        admitted, self._admitted_prefills = self._admitted_prefills, []
-        self._light_prefilling = any(self.is_light(self.tenants[r.tenant], now, r)
-                                     for group in (prefilling, admitted) for r in group
-                                     if r.status is Status.RUNNING and r.in_prefill)
+        admitted, self.admitted_prefills = self.admitted_prefills, []
+        tenants, meter = self.roster.tenants, self.meter
+        self.light_prefilling = any(meter.is_light(tenants[r.tenant], now, r)
+                                    for group in (prefilling, admitted) for r in group
+                                    if r.status is Status.RUNNING and r.in_prefill)
         slo = self.decode_slos.tightest()
         if slo is None or n == 0:
             return budget
         target = TPOT_MARGIN * slo
-        cost = self._cost                        # cost.chunk_s(c, ctx, n) == profile.step_s([(c, 0)], ctx, n)
-        if cost.chunk_s(budget, ctx, n) <= target:
+        if self.shaper.cost.chunk_s(budget, ctx, n) <= target:
             return budget
-        if self._light_prefilling:
-            self._hold = self._hold_heavy_decodes(budget, n, ctx, target, now)
+        if self.light_prefilling:
+            self.hold = self.hold_heavy_decodes(budget, n, ctx, target, now)
             return budget
-        return self._shaped_budget(budget, ctx, n, target)
+        return self.shaper.shaped(budget, ctx, n, target)
 
-    def _shaped_budget(self, budget: int, ctx: int, n: int, target: float) -> int:
-        """The largest multiple of 64 in [MIN_PREFILL_BUDGET, budget) whose predicted step
-        fits ``target`` (MIN_PREFILL_BUDGET if none; ``budget`` itself if it is at most
-        MIN_PREFILL_BUDGET), given ``cost.chunk_s(budget) > target``.  The
-        step time is monotone in the chunk (every float operation of the cost model is), so
-        bisection finds exactly that; the previous step's answer is tried first -- it is the
-        answer iff it fits (or is the minimum) and 64 more does not (or reaches the budget):
-        two evaluations where consecutive steps agree, else O(log budget) by bisection."""
-        if budget <= MIN_PREFILL_BUDGET:
-            return budget                        # the floor is the whole budget: never more
-        cost = self._cost                        # cost.chunk_s(c, ctx, n) == profile.step_s([(c, 0)], ctx, n)
-        g = self._last_shaped
-        if (MIN_PREFILL_BUDGET <= g < budget
-                and (g + 64 >= budget or cost.chunk_s(g + 64, ctx, n) > target)
-                and (g == MIN_PREFILL_BUDGET or cost.chunk_s(g, ctx, n) <= target)):
-            return g
-        lo, hi = MIN_PREFILL_BUDGET, budget      # the largest multiple of 64 that fits (bisection)
-        while hi - lo > 64:
-            mid = (lo + hi) // 128 * 64
-            if mid <= lo:                        # a budget that is not a multiple of 64
-                mid = lo + 64                    # (else mid == lo and the loop never ends)
-            if cost.chunk_s(mid, ctx, n) <= target:
-                lo = mid
-            else:
-                hi = mid
-        self._last_shaped = lo
-        return lo
-
-    def _hold_heavy_decodes(self, budget: int, n: int, ctx: int, target: float, now: float) -> DecodeHold:
+    def hold_heavy_decodes(self, budget: int, n: int, ctx: int, target: float, now: float) -> DecodeHold:
         """A light tenant's prefill (its TTFT) is what the TPOT shaping would otherwise cut.
-        Instead, the decodes of tenants that are not light give way: all but ``m`` of the
-        planned ``n`` decodes, the largest m with cost.chunk_s(budget, m decodes of the mean
-        context) <= target (bisection, O(log n)), are held -- never one twice in a row,
-        so a held stream still decodes every other step.  O(active tenants) for the held set."""
-        cost = self._cost                        # cost.chunk_s(c, ctx, n) == profile.step_s([(c, 0)], ctx, n)
-        lo, hi = 0, n
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if cost.chunk_s(budget, ctx * mid // n, mid) <= target:
-                lo = mid
-            else:
-                hi = mid
-        level = self._level(now)                 # read already (is_light found the light prefill)
-        heavy = frozenset(t.name for t in self.tenants.values()
-                          if t.running and not self.under_share(t, now, level))
-        return DecodeHold(heavy, n - lo)
-
-    def decode_hold(self) -> DecodeHold | None:
-        return self._hold
+        Instead, the decodes of tenants that are not light give way: all but the most of
+        the planned ``n`` decodes that fit beside the whole budget are held -- never one
+        twice in a row, so a held stream still decodes every other step.  O(active tenants)
+        for the held set."""
+        fit = self.shaper.decodes_that_fit(budget, n, ctx, target)
+        meter = self.meter
+        level = meter.level(now)                 # read already (is_light found the light prefill)
+        heavy = frozenset(t.name for t in self.roster.tenants.values()
+                          if t.running and not meter.under_share(t, now, level))
+        return DecodeHold(heavy, n - fit)
 
     def chunk_for(self, req: Request, now: float) -> int:
         """A light tenant's prefill that can finish within one step's budget may take it all
         (it cannot monopolise what it is entitled to); everything else is capped at
         ``chunk_size``, so a 20K prompt never holds a step."""
         eng = self.contract.engine
-        if self.is_light(self.tenants[req.tenant], now, req):
+        if self.meter.is_light(self.roster.tenants[req.tenant], now, req):
             return eng.prefill_token_budget
         return eng.chunk_size
 
     def defer_prefill(self, req: Request, now: float) -> bool:
         """A running prefill of a tenant that is not light waits behind the new admissions
-        and running prefills of light tenants (``is_light``), and behind the admissions
-        of a waiting tenant recently served clearly less than its own tenant: a heavy
-        tenant's long prefill cannot hold a light tenant's request back.  The deferred
-        chunk gets the budget left after admissions."""
-        mine = self.tenants[req.tenant]
-        if self.is_light(mine, now, req):
+        and running prefills of light tenants, and behind the admissions of a waiting
+        tenant recently served clearly less than its own tenant: a heavy tenant's long
+        prefill cannot hold a light tenant's request back.  The deferred chunk gets the
+        budget left after admissions."""
+        meter = self.meter
+        mine = self.roster.tenants[req.tenant]
+        if meter.is_light(mine, now, req):
             return False
-        if self._light_prefilling:
+        if self.light_prefilling:
             return True
-        if not self.num_queued:
+        if not self.queue.num_queued:
             return False
-        other = self.wfq.pick({mine.name}, prefer=lambda x: self.is_light(x, now))
+        other = self.wfq.pick({mine.name}, prefer=lambda x: meter.is_light(x, now))
         if other is None:
             return False
-        tau = self.share_tau_s
+        tau = meter.share_tau_s
         return (other.decayed_recent(now, tau) / other.weight
                 < LIGHT_FRACTION * mine.decayed_recent(now, tau) / mine.weight)

@@ -26,7 +26,14 @@ tenants, once per arrival of a request with a max wait (after the warm-up).
 
 from __future__ import annotations
 
+import math
 from typing import Final
+
+from ...contracts.contract import Contract
+from ...core.request import Request
+from .queue import WaitingQueue
+from .shares import ShareMeter
+from .tenant import TenantState
 
 MIN_RATE: Final = 1e-9
 
@@ -61,3 +68,67 @@ def forecast_wait_s(ahead: float, weight: float, others: list[tuple[float, float
         return ahead / drain
     return gps_drain_s(ahead, weight, others, capacity - idle_use)
 
+
+
+class WaitForecaster:
+    """The inputs of :func:`forecast_wait_s` at an arrival, read from the share meter and
+    the waiting queue.  Invariant: ``prefill_rate`` is the cost per second of a step that
+    fills the contract's prefill budget (the cost model), fixed at bind."""
+
+    def __init__(self, contract: Contract, meter: ShareMeter, queue: WaitingQueue, prefill_rate: float) -> None:
+        self.contract = contract
+        self.meter = meter
+        self.queue = queue
+        self.prefill_rate = prefill_rate
+
+    def shed_reason(self, t: TenantState, req: Request, now: float) -> str | None:
+        """Why ``req`` (with a max wait) is shed at arrival: its predicted wait exceeds
+        ``shed_margin`` x its class's max wait (None: it is not; the prediction is kept in
+        ``req.predicted_wait_s``)."""
+        max_wait_s = req.max_wait_s
+        assert max_wait_s is not None
+        wait = self.predicted_wait_s(t, req, now)
+        req.predicted_wait_s = wait
+        limit = self.contract.admission.shed_margin * max_wait_s
+        if wait > limit:
+            return (f"overloaded: predicted wait {wait:.1f}s exceeds {limit:.1f}s "
+                    f"(class {req.klass!r} max_wait_s {req.max_wait_s}); retry after ~{wait - limit:.0f}s")
+        return None
+
+    def predicted_wait_s(self, t: TenantState, req: Request, now: float) -> float:
+        """The work-conserving forecast of ``req``'s wait: the predicted cost queued ahead of
+        it in its tenant (classes of at least its base priority), drained at what the tenant
+        gets when the capacity the tenants that are not backlogged leave idle is shared by
+        weight among the backlogged ones until each drains -- or at the tenant's measured
+        drain rate, if faster.  O(backlogged tenants)."""
+        meter = self.meter
+        rate = meter.service_rate(now)
+        if rate is None:
+            return 0.0
+        cls = self.contract.classes.get(req.klass)
+        ahead = t.queued_ahead(cls.priority if cls is not None else req.priority, self.contract.classes)
+        if ahead <= 0:
+            return 0.0
+        tau = meter.share_tau_s
+        backlogged = self.queue.backlogged
+        others: list[tuple[float, float]] = []
+        backlogged_recent = 0.0
+        for o in backlogged.values():
+            backlogged_recent += o.decayed_recent(now, tau)
+            if o is not t:
+                queued = math.inf               # backlogged for a time constant: it keeps
+                if now - o.backlogged_since < tau:   # competing (its arrivals go on)
+                    queued = 0.0
+                    for c in o.queued_cost.values():
+                        queued += c
+                others.append((queued, o.weight))
+        idle_use = meter.recent_total - backlogged_recent
+        if t.name not in backlogged:
+            idle_use -= t.decayed_recent(now, tau)
+        # backlogged for a whole time constant: the measured rate is what the engine serves
+        # under this load; otherwise it may only be what the load asked for
+        saturated = now - self.queue.backlog_since_s >= tau
+        capacity = rate if saturated else max(rate, self.prefill_rate)
+        drain = t.decayed_admitted(now, tau) / tau
+        persistent = t.name in backlogged and now - t.backlogged_since >= tau
+        return forecast_wait_s(ahead, t.weight, others, capacity, max(0.0, idle_use) / tau, drain, persistent)

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr
-
 from ...core.request import Request
+from .admission import AdmissionControl
+from .costs import RequestCost
+from .guarantee import ServiceGuarantee
 from .ordering import best_head
-from .shares import SharesMixin
+from .queue import WaitingQueue
+from .roster import TenantRoster
+from .shares import ShareMeter
 from .tenant import TenantState
+from .wfq import VirtualTimeWFQ
 
 
 def _ttft_deadline(r: Request | None) -> tuple[float, int]:
@@ -20,25 +24,38 @@ def _ttft_deadline(r: Request | None) -> tuple[float, int]:
     return (r.enqueued_s + (r.ttft_slo_s or 0.0), r.seq)
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
-class PickMixin(SharesMixin):
-    """Part of :class:`FairPolicy`; uses its tenants, WFQ, overdue heap and guarantee."""
+class Picker:
+    """Invariant: ``reserve`` is the forced head found by the last :meth:`pick` that could
+    not be admitted for room (KV blocks or a slot), until it is admitted or the next pick
+    (None: no reservation); ``min_grace_s`` the shortest starving grace of any class."""
+
+    def __init__(self, queue: WaitingQueue, roster: TenantRoster, meter: ShareMeter, admission: AdmissionControl,
+                 wfq: VirtualTimeWFQ, costs: RequestCost, guarantee: ServiceGuarantee, min_grace_s: float) -> None:
+        self.queue = queue
+        self.roster = roster
+        self.meter = meter
+        self.admission = admission
+        self.wfq = wfq
+        self.costs = costs
+        self.guarantee = guarantee
+        self.min_grace_s = min_grace_s
+        self.reserve: Request | None = None
 
     def pick(self, now: float, blocked: set[str]) -> Request | None:
-        self._now = now
-        self._reserve = None
-        forced = self._forced(now)
+        self.reserve = None
+        forced = self.forced(now)
         if forced is not None:
             if forced.tenant not in blocked:
                 return forced
-            t = self.tenants[forced.tenant]
-            if self.admission.can_admit(t, forced, self.num_running, self.predicted_cost(forced), now):
-                self._reserve = forced          # it did not fit: keep room for it (guarantee.py)
-        if self.guaranteed or self.class_min:
-            r = self._below_guarantee(now, blocked)
+            t = self.roster.tenants[forced.tenant]
+            if self.admission.can_admit(t, forced, self.roster.num_running, self.costs.predicted(forced), now):
+                self.reserve = forced           # it did not fit: keep room for it (guarantee.py)
+        if self.roster.guaranteed or self.queue.class_min:
+            r = self.below_guarantee(now, blocked)
             if r is not None:
                 return r
-        picked = self.wfq.pick(blocked, prefer=lambda x: self.is_light(x, now),
+        meter = self.meter
+        picked = self.wfq.pick(blocked, prefer=lambda x: meter.is_light(x, now),
                                among=lambda x: _ttft_deadline(best_head(x.queues, now)))
         return best_head(picked.queues, now) if picked is not None else None
 
@@ -46,32 +63,36 @@ class PickMixin(SharesMixin):
         """``S_i <= V + C / w_i``: not ahead of the others by more than the carry-over credit."""
         return t.vtime <= self.wfq.vnow + self.wfq.credit / t.weight
 
-    def _forced(self, now: float) -> Request | None:
+    def forced(self, now: float) -> Request | None:
         """A head that must be served next (guarantee.py): an overdue request of a tenant
         within its share, else the longest-starving tenant's past its grace."""
-        e = self.overdue.top()
+        e = self.queue.overdue.top()
         if e is not None:
             due: float = e[0]
             overdue: Request = e[-1]
-            if due <= now and self.within_share(self.tenants[overdue.tenant]):
+            if due <= now and self.within_share(self.roster.tenants[overdue.tenant]):
                 return overdue
         return self.guarantee.due(now, self.min_grace_s, lambda t: best_head(t.queues, now), self.within_share)
 
-    def _below_guarantee(self, now: float, blocked: set[str]) -> Request | None:
-        total = self.recent_total
+    def below_guarantee(self, now: float, blocked: set[str]) -> Request | None:
+        """The head of the guaranteed tenant or min-share class furthest below its min share
+        of recent service (None: none is below, or all such are blocked)."""
+        meter = self.meter
+        total = meter.recent_total
         if total <= 0:
             return None
         best: Request | None = None
         best_gap = 0.0
-        for t in self.guaranteed:
+        for t in self.roster.guaranteed:
             if t.num_waiting and t.name not in blocked:
-                gap = t.spec.min_share - t.decayed_recent(now, self.share_tau_s) / total
+                gap = t.spec.min_share - t.decayed_recent(now, meter.share_tau_s) / total
                 if gap > best_gap:
                     best, best_gap = best_head(t.queues, now), gap
-        for k, share in self.class_min.items():
-            if self.class_waiting[k]:
-                gap = share - self.class_recent[k] / total
-                e = self.class_heaps[k].top()
+        queue = self.queue
+        for k, share in queue.class_min.items():
+            if queue.class_waiting[k]:
+                gap = share - meter.class_recent[k] / total
+                e = queue.class_heaps[k].top()
                 if gap > best_gap and e is not None:
                     head: Request = e[-1]
                     if head.tenant not in blocked:

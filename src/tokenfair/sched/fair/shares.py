@@ -1,8 +1,8 @@
-"""Who is light, who holds more than its share: the fair policy's view of recent service.
+"""Who is light, who is owed service: the fair policy's share meter (recent service).
 
-* *recent service*: per tenant (and in total) the cost-weighted tokens served, decayed
-  exponentially with time constant ``share_tau_s``; ``recent_total / tau`` is the engine's
-  service rate;
+* *recent service*: per tenant (and in total, and per min-share class) the cost-weighted
+  tokens served, decayed exponentially with time constant ``share_tau_s``;
+  ``recent_total / tau`` is the engine's service rate;
 * *under share* (``under_share``): recently served, per weight, clearly less than the most
   served active tenant -- it is owed service and exempt from the limits on heavy tenants;
 * *light* (``is_light``): a tenant whose recent service plus what it still asks for
@@ -10,50 +10,67 @@
   less than the most served active tenant's -- below the max-min water level, so what it
   asks for is within its fair share and it gets latency priority (no warm-up needed: a
   tenant that was not served yet but has a 20K-token prompt or a standing queue is not
-  light);
-* *headroom*: KV blocks and slots kept free for tenants within their weight share (the
-  static headroom, or what those tenants used at their recent peak, whichever is larger).
+  light).
 """
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr
-
 import math
 from typing import Final
 
+from ...contracts.contract import Contract
+from ...core.exactfloat import add_repeated
 from ...core.request import Request, Status
-from .batching import BatchingMixin
-from .forecast import forecast_wait_s
-from .state import LIGHT_FRACTION
+from .roster import TenantRoster
 from .tenant import TenantState
 
-__all__ = ["LIGHT_FRACTION", "LEVEL_REFRESH_S", "PEAK_MARGIN", "SharesMixin"]
-
+# *light* means served, per weight, less than this fraction of the water level
+LIGHT_FRACTION: Final = 0.9
 LEVEL_REFRESH_S: Final = 0.25
-PEAK_MARGIN: Final = 1.25
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
-class SharesMixin(BatchingMixin):
-    """Part of :class:`FairPolicy`; uses its tenants, pool, contract and counters."""
+class ShareMeter:
+    """Recent service and the water level.
+
+    Invariants: ``recent_total`` is every service recorded, each decayed by
+    ``exp(-age / share_tau_s)`` step by step (:meth:`decay` at each step's end);
+    ``class_recent[k]`` the same for the service of min-share class ``k`` (those classes
+    only); each tenant's share lives in ``TenantState.recent`` (decayed lazily to
+    ``recent_t``); ``first_service_s`` is when the first service was recorded (None:
+    none yet); ``level_v`` is the max normalised recent service over active tenants as of
+    ``level_t``, re-read when ``LEVEL_REFRESH_S`` has passed (or time went back)."""
+
+    def __init__(self, contract: Contract, roster: TenantRoster, share_tau_s: float,
+                 min_share_classes: list[str]) -> None:
+        self.contract = contract
+        self.roster = roster
+        self.share_tau_s = share_tau_s
+        self.recent_total = 0.0
+        self.class_recent: dict[str, float] = {k: 0.0 for k in min_share_classes}
+        self.first_service_s: float | None = None
+        self.level_t = float("-inf")
+        self.level_v = 0.0
+
+    def rebind(self, new: Contract, min_share_classes: list[str]) -> None:
+        """A live contract change: kept min-share classes keep their decayed service, new
+        ones start at 0, dropped ones are forgotten."""
+        self.contract = new
+        self.class_recent = {k: self.class_recent.get(k, 0.0) for k in min_share_classes}
 
     def under_share(self, t: TenantState, now: float, level: float | None = None) -> bool:
         """``t`` was recently served, per weight, clearly less than the most served active
         tenant (below the max-min water level): it is owed service, so the limits meant for
         heavy tenants (one long prefill at a time, decodes giving way) do not apply.  O(1).
-        ``level``: ``self._level(now)`` when the caller has already read it."""
+        ``level``: ``self.level(now)`` when the caller has already read it."""
         if level is None:
-            level = self._level(now)
+            level = self.level(now)
         return level > 0.0 and t.decayed_recent(now, self.share_tau_s) / t.weight < LIGHT_FRACTION * level
 
     def is_light(self, t: TenantState, now: float, req: Request | None = None) -> bool:
         """A *light* tenant: even counting what it has asked for and not yet received (its
         queued predicted cost, plus what ``req``, one of its running requests, still needs),
-        it stays under its share (:meth:`under_share`): what it asks for is within its fair
-        share, so it gets latency priority.  A tenant with a 20K-token prompt or a standing
-        queue is not light merely because it has not been served yet.  O(classes)."""
-        level = self._level(now)
+        it stays under its share (:meth:`under_share`).  O(classes)."""
+        level = self.level(now)
         if not self.under_share(t, now, level):
             return False
         pending = 0.0
@@ -63,13 +80,13 @@ class SharesMixin(BatchingMixin):
             pending += max(0.0, req.charged - req.used_cost)
         return (t.recent + pending) / t.weight < LIGHT_FRACTION * level
 
-    def _level(self, now: float) -> float:
+    def level(self, now: float) -> float:
         """Max normalised recent service over active tenants; O(T), refreshed every 0.25 s."""
-        if now - self._level_t >= LEVEL_REFRESH_S or self._level_t > now:
-            self._level_t = now
-            self._level_v = max((t.decayed_recent(now, self.share_tau_s) / t.weight
-                                 for t in self.tenants.values() if t.active), default=0.0)
-        return self._level_v
+        if now - self.level_t >= LEVEL_REFRESH_S or self.level_t > now:
+            self.level_t = now
+            self.level_v = max((t.decayed_recent(now, self.share_tau_s) / t.weight
+                                for t in self.roster.tenants.values() if t.active), default=0.0)
+        return self.level_v
 
     def service_rate(self, now: float) -> float | None:
         """Engine service rate in cost units/s, or None before the warm-up."""
@@ -78,95 +95,88 @@ class SharesMixin(BatchingMixin):
             return None
         return self.recent_total / self.share_tau_s
 
-    def predicted_wait_s(self, t: TenantState, req: Request, now: float) -> float:
-        """The work-conserving forecast of ``req``'s wait (``forecast.py``): the predicted
-        cost queued ahead of it in its tenant (classes of at least its base priority), drained
-        at what the tenant gets when the capacity the tenants that are not backlogged leave
-        idle is shared by weight among the backlogged ones until each drains -- or at the
-        tenant's measured drain rate, if faster.  O(backlogged tenants)."""
-        rate = self.service_rate(now)
-        if rate is None:
-            return 0.0
-        cls = self.contract.classes.get(req.klass)
-        ahead = t.queued_ahead(cls.priority if cls is not None else req.priority, self.contract.classes)
-        if ahead <= 0:
-            return 0.0
+    def add(self, t: TenantState, klass: str, served: float, now: float) -> None:
+        """``served`` cost was served to ``t``'s request of class ``klass``."""
+        self.recent_total += served
+        if self.first_service_s is None:
+            self.first_service_s = now
+        t.decayed_recent(now, self.share_tau_s)
+        t.recent += served
+        if klass in self.class_recent:
+            self.class_recent[klass] += served
+
+    def add_decoded(self, reqs: list[Request], per_tenant: dict[str, int], wd: float, now: float) -> None:
+        """Each of ``reqs`` (``per_tenant`` of them per tenant) decoded one token of cost
+        ``wd``: O(1) per request, one exp per distinct last update of a tenant."""
+        tenants = self.roster.tenants
+        served_total = 0.0
         tau = self.share_tau_s
-        others: list[tuple[float, float]] = []
-        backlogged_recent = 0.0
-        for o in self.backlogged.values():
-            backlogged_recent += o.decayed_recent(now, tau)
-            if o is not t:
-                queued = math.inf               # backlogged for a time constant: it keeps
-                if now - o.backlogged_since < tau:   # competing (its arrivals go on)
-                    queued = 0.0
-                    for c in o.queued_cost.values():
-                        queued += c
-                others.append((queued, o.weight))
-        idle_use = self.recent_total - backlogged_recent
-        if t.name not in self.backlogged:
-            idle_use -= t.decayed_recent(now, tau)
-        # backlogged for a whole time constant: the measured rate is what the engine serves
-        # under this load; otherwise it may only be what the load asked for
-        saturated = now - self.backlog_since_s >= tau
-        capacity = rate if saturated else max(rate, self.prefill_rate)
-        drain = t.decayed_admitted(now, tau) / tau
-        persistent = t.name in self.backlogged and now - t.backlogged_since >= tau
-        return forecast_wait_s(ahead, t.weight, others, capacity, max(0.0, idle_use) / tau, drain, persistent)
+        last_t, f = math.nan, 1.0                  # nan: unequal to every time (a float, for mypyc)
+        for name, k in per_tenant.items():
+            t = tenants[name]
+            rt = t.recent_t
+            if now > rt:                           # t.decayed_recent(now, tau), one exp per
+                if rt != last_t:                   # distinct last update (usually one)
+                    last_t, f = rt, math.exp(-(now - rt) / tau)
+                t.recent *= f
+                t.recent_t = now
+            t.recent += wd * k
+            served_total += wd * k
+        class_recent = self.class_recent
+        if class_recent:
+            for req in reqs:
+                if req.klass in class_recent:
+                    class_recent[req.klass] += wd
+        self.recent_total += served_total
+        if self.first_service_s is None and reqs:
+            self.first_service_s = now
 
-    def _share_of_active(self, t: TenantState) -> float:
-        return t.weight / max(self.active_weight + (0.0 if t.active else t.weight), t.weight)
+    def decay(self, duration_s: float) -> None:
+        """A step of ``duration_s`` ended: the totals decay (tenants decay lazily)."""
+        decay = math.exp(-duration_s / self.share_tau_s)
+        self.recent_total *= decay
+        for k in self.class_recent:
+            self.class_recent[k] *= decay
 
-    def _within_share(self, t: TenantState, extra_blocks: int, extra_slots: int) -> bool:
-        """True when ``t`` stays within its weight share (among the active tenants) of KV and of
-        slots after admission."""
-        share = self._share_of_active(t)
-        return (t.kv_blocks() + extra_blocks <= share * self.pool.num_blocks
-                and len(t.running) + extra_slots <= share * self.contract.engine.max_running)
+    def replay_recent(self, served: list[tuple[TenantState, float]], step_ends: list[float]) -> None:
+        """Each tenant's decayed service after decode-only steps ending at ``step_ends``
+        (``served``: what it got per step), the same float operations as :meth:`add_decoded`
+        step by step (decay to the step's end, then add): from the second step on every
+        tenant was updated at the previous step's end, so the decay factor is one per step,
+        shared.  O(k + tenants x k) float work, no method calls."""
+        tau = self.share_tau_s
+        now, end = step_ends[0], step_ends[-1]
+        factors = [math.exp(-(step_ends[j] - step_ends[j - 1]) / tau) for j in range(1, len(step_ends))]
+        last_t, f = math.nan, 1.0                  # nan: unequal to every time (a float, for mypyc)
+        for t, s in served:
+            r, rt = t.recent, t.recent_t
+            if now > rt:
+                if rt != last_t:
+                    last_t, f = rt, math.exp(-(now - rt) / tau)
+                r *= f
+            r += s
+            for g in factors:
+                r = r * g + s
+            t.recent = r
+            t.recent_t = end if end > rt else rt     # max(rt, end)
 
-    def _reserved(self, t: TenantState, num_running: int) -> tuple[int, int]:
-        """(KV blocks, slots) ``t`` must leave free for the *other* active tenants that are
-        within their share: what they used at their recent peak (x ``PEAK_MARGIN``) beyond
-        what they hold now, at least the static headroom.  Nothing while the engine runs
-        nothing (reservations never idle an empty engine).  O(tenants), once per step."""
-        if num_running == 0:
-            return (0, 0)
-        if self._reserved_cache is None:
-            self._reserved_cache = self._reservations()
-        per, blocks, slots = self._reserved_cache
-        mine = per.get(t.name)
-        if mine is not None:
-            blocks, slots = blocks - mine[0], slots - mine[1]
-        other_active_weight = self.active_weight - (t.weight if t.active else 0.0)
-        if other_active_weight <= 1e-12:
-            return (0, 0)
-        return (max(self.headroom_blocks, int(blocks)), max(self.headroom_slots, int(slots)))
-
-    def _reservations(self) -> tuple[dict[str, tuple[float, float]], float, float]:
-        """What :meth:`_reserved` sums, for every tenant at once: (tenant -> (blocks, slots)
-        it would reserve, their sums) over the active tenants with a peak that are within
-        their share (``_within_share(o, 0, 0)``, inlined: the same float operations, summed
-        in tenant order as before).  O(tenants), at most once per step."""
-        per: dict[str, tuple[float, float]] = {}
-        blocks_sum = slots_sum = 0.0
-        active_weight = self.active_weight + 0.0     # every tenant counted here is active
-        num_blocks = self.pool.num_blocks
-        max_running = self.contract.engine.max_running
-        held = self.pool.held
-        for o in self.tenants.values():
-            if o.active and o.kv_peak > 0:
-                w = o.weight
-                share = w / (w if w > active_weight else active_weight)   # max(active_weight, w)
-                kv = held.get(o.name, 0)
-                slots = len(o.running)
-                if kv <= share * num_blocks and slots <= share * max_running:
-                    b = PEAK_MARGIN * o.kv_peak - kv
-                    if not b > 0.0:
-                        b = 0.0
-                    sl = PEAK_MARGIN * o.slots_peak - slots
-                    if not sl > 0.0:
-                        sl = 0.0
-                    per[o.name] = (b, sl)
-                    blocks_sum += b
-                    slots_sum += sl
-        return per, blocks_sum, slots_sum
+    def replay_totals(self, served_total: float, per_class: dict[str, int], wd: float,
+                      step_durations: list[float], ended: int) -> None:
+        """The totals after decode-only steps of these durations: per step, what
+        :meth:`add_decoded` adds to the min-share classes (``per_class``: decodes per class)
+        and to the total, then -- for the first ``ended`` steps -- :meth:`decay`.  They
+        touch no per-tenant state, so doing them apart from the per-tenant updates leaves
+        every value as interleaving would.  O(k x classes)."""
+        tau = self.share_tau_s
+        class_recent = self.class_recent
+        total = self.recent_total
+        for j, dt in enumerate(step_durations):
+            for klass, m in per_class.items():
+                class_recent[klass] = add_repeated(class_recent[klass], wd, m)
+            total += served_total
+            if j < ended:
+                decay = math.exp(-dt / tau)
+                total *= decay
+                for c in class_recent:
+                    class_recent[c] *= decay
+        self.recent_total = total

@@ -70,6 +70,13 @@ class VirtualTimeWFQ:
         if t.num_waiting:
             self._push(t)
 
+    def reweigh(self, t: TenantState, weight_change: float) -> None:
+        """``t.weight`` changed by ``weight_change`` (a live contract change): the backlogged
+        weight follows and a backlogged ``t`` is re-keyed."""
+        if t.num_waiting:
+            self.backlogged_weight += weight_change
+            self._push(t)
+
     def on_backlogged(self, t: TenantState) -> None:
         """Tenant ``t`` just got its first waiting request."""
         self.num_backlogged += 1

@@ -1,0 +1,99 @@
+"""Headroom: KV blocks and slots a tenant above its weight share leaves free for the
+tenants within theirs (the static headroom, or what those tenants used at their recent
+peak, whichever is larger)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ...contracts.contract import Contract
+from ...core.kv import BlockPool
+from .roster import TenantRoster
+from .tenant import TenantState
+
+PEAK_MARGIN: Final = 1.25
+# the least other active weight that counts as another active tenant
+MIN_OTHER_WEIGHT: Final = 1e-12
+
+
+class Headroom:
+    """Weight shares of KV and slots among the active tenants, and the reservations.
+
+    Invariants: ``headroom_blocks`` / ``headroom_slots`` are the contract's static headroom
+    fractions of the pool's blocks and of ``max_running``; ``cache`` is ``reservations()``
+    as of the current step, or None (cleared at every step's end, :meth:`invalidate`)."""
+
+    def __init__(self, contract: Contract, pool: BlockPool, roster: TenantRoster) -> None:
+        self.contract = contract
+        self.pool = pool
+        self.roster = roster
+        self.headroom_blocks = 0
+        self.headroom_slots = 0
+        self.cache: tuple[dict[str, tuple[float, float]], float, float] | None = None
+        self.rebind(contract)
+
+    def rebind(self, new: Contract) -> None:
+        self.contract = new
+        adm = new.admission
+        self.headroom_blocks = int(adm.headroom_kv_fraction * self.pool.num_blocks)
+        self.headroom_slots = int(adm.headroom_slot_fraction * new.engine.max_running)
+
+    def invalidate(self) -> None:
+        self.cache = None
+
+    def share_of_active(self, t: TenantState) -> float:
+        return t.weight / max(self.roster.active_weight + (0.0 if t.active else t.weight), t.weight)
+
+    def within_share(self, t: TenantState, extra_blocks: int, extra_slots: int) -> bool:
+        """True when ``t`` stays within its weight share (among the active tenants) of KV and of
+        slots after admission."""
+        share = self.share_of_active(t)
+        return (t.kv_blocks() + extra_blocks <= share * self.pool.num_blocks
+                and len(t.running) + extra_slots <= share * self.contract.engine.max_running)
+
+    def reserved(self, t: TenantState, num_running: int) -> tuple[int, int]:
+        """(KV blocks, slots) ``t`` must leave free for the *other* active tenants that are
+        within their share: what they used at their recent peak (x ``PEAK_MARGIN``) beyond
+        what they hold now, at least the static headroom.  Nothing while the engine runs
+        nothing (reservations never idle an empty engine).  O(tenants), once per step."""
+        if num_running == 0:
+            return (0, 0)
+        if self.cache is None:
+            self.cache = self.reservations()
+        per, blocks, slots = self.cache
+        mine = per.get(t.name)
+        if mine is not None:
+            blocks, slots = blocks - mine[0], slots - mine[1]
+        other_active_weight = self.roster.active_weight - (t.weight if t.active else 0.0)
+        if other_active_weight <= MIN_OTHER_WEIGHT:
+            return (0, 0)
+        return (max(self.headroom_blocks, int(blocks)), max(self.headroom_slots, int(slots)))
+
+    def reservations(self) -> tuple[dict[str, tuple[float, float]], float, float]:
+        """What :meth:`reserved` sums, for every tenant at once: (tenant -> (blocks, slots)
+        it would reserve, their sums) over the active tenants with a peak that are within
+        their share (``within_share(o, 0, 0)``, inlined: the same float operations, summed
+        in tenant order).  O(tenants), at most once per step."""
+        per: dict[str, tuple[float, float]] = {}
+        blocks_sum = slots_sum = 0.0
+        active_weight = self.roster.active_weight + 0.0     # every tenant counted here is active
+        num_blocks = self.pool.num_blocks
+        max_running = self.contract.engine.max_running
+        held = self.pool.held
+        for o in self.roster.tenants.values():
+            if o.active and o.kv_peak > 0:
+                w = o.weight
+                share = w / (w if w > active_weight else active_weight)   # max(active_weight, w)
+                kv = held.get(o.name, 0)
+                slots = len(o.running)
+                if kv <= share * num_blocks and slots <= share * max_running:
+                    b = PEAK_MARGIN * o.kv_peak - kv
+                    if not b > 0.0:
+                        b = 0.0
+                    sl = PEAK_MARGIN * o.slots_peak - slots
+                    if not sl > 0.0:
+                        sl = 0.0
+                    per[o.name] = (b, sl)
+                    blocks_sum += b
+                    slots_sum += sl
+        return per, blocks_sum, slots_sum
