@@ -45,6 +45,21 @@ def test_every_section_changes_live_under_load(stack, h):
     assert all(x["status"] == "finished" for x in recs.values())
 
 
+def stored_service(store):
+    """A function that starts a gateway on contract v1 with its live log in ``store``
+    (called again: a restart)."""
+    from tokenfair.serve.admin import configure_live
+    from tokenfair.serve.auth import KeyRing
+    from tokenfair.serve.gateway import Gateway
+
+    c = parse_contract(contract("v1"))
+
+    def service():
+        gw = Gateway(c, KeyRing(c), ["http://127.0.0.1:9"])
+        return gw, configure_live(gw, admin_key_sha256=hash_key("admin-secret"), store=store)
+    return service
+
+
 def test_changes_are_logged_in_the_store_and_survive_a_restart(tmp_path, h):
     """--contract-store: applies, a canary's rollback and refusals go to DIR/live.jsonl; a new
     service reads them back; `contract history` lists them; a label the store holds with other
@@ -52,16 +67,8 @@ def test_changes_are_logged_in_the_store_and_survive_a_restart(tmp_path, h):
     from typer.testing import CliRunner
 
     from tokenfair.cli.app import app
-    from tokenfair.serve.admin import configure_live
-    from tokenfair.serve.auth import KeyRing
-    from tokenfair.serve.gateway import Gateway
-
     store = tmp_path / "store"
-    c = parse_contract(contract("v1"))
-
-    def service():
-        gw = Gateway(c, KeyRing(c), ["http://127.0.0.1:9"])
-        return gw, configure_live(gw, admin_key_sha256=hash_key("admin-secret"), store=store)
+    service = stored_service(store)
     gw, live = service()
     live.apply(parse_contract(contract("v2", a={"weight": 2})), "apply", "more for a")
     live.rollback("v2 starved b")
@@ -84,17 +91,9 @@ def test_rollback_works_across_a_restart(tmp_path):
     """The rollback stack is rebuilt from the store's live log: after a restart (with the file
     the service first started with) a rollback returns to what was in force before it, then
     to the versions before that, in order."""
-    from tokenfair.serve.admin import configure_live
-    from tokenfair.serve.auth import KeyRing
     from tokenfair.serve.contract_events import previous_labels
-    from tokenfair.serve.gateway import Gateway
 
-    store = tmp_path / "store"
-    c = parse_contract(contract("v1"))
-
-    def service():
-        gw = Gateway(c, KeyRing(c), ["http://127.0.0.1:9"])
-        return gw, configure_live(gw, admin_key_sha256=hash_key("admin-secret"), store=store)
+    service = stored_service(tmp_path / "store")
     gw, live = service()
     live.apply(parse_contract(contract("v2", a={"weight": 2})), "apply", "a up")
     live.apply(parse_contract(contract("v3", a={"weight": 3})), "apply", "a up again")

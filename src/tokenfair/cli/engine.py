@@ -40,6 +40,18 @@ def _check_threads(threads: int) -> None:
         raise ValueError(f"--threads must be positive, got {threads}")
 
 
+def _replay_inputs(workload: str, seed: int, contract: Optional[Path], profile: Optional[str], policy: str,
+                   threads: int):
+    """(workload, contract, profile or None) of a replay on the real engine; user errors raise."""
+    from ..sched.registry import make_policy
+    _check_threads(threads)
+    wl, default_contract = resolve_workload(workload, seed)
+    c = resolve_contract(contract, default_contract)
+    prof = _load_profile(profile)
+    make_policy(policy)
+    return wl, c, prof
+
+
 def _echo_err(msg: str) -> None:
     typer.echo(msg, err=True)
 
@@ -62,13 +74,8 @@ def run(workload: str = typer.Argument(..., help="built-in scenario, public trac
     timeline.json (the simulator's files)."""
     from ..runtime.progress import stderr_progress
     from ..runtime.output import summary_table
-    from ..sched.registry import make_policy
     try:
-        _check_threads(threads)
-        wl, default_contract = resolve_workload(workload, seed)
-        c = resolve_contract(contract, default_contract)
-        prof = _load_profile(profile)
-        make_policy(policy)
+        wl, c, prof = _replay_inputs(workload, seed, contract, profile, policy, threads)
         dt = _dtype(dtype)
         from ..engine.real_engine import DEFAULT_BLOCK_SIZE
         from ..engine.setup import make_real_setup
@@ -136,13 +143,8 @@ def fidelity(workload: str = typer.Argument(..., help="built-in scenario, public
              json_out: bool = typer.Option(False, "--json", help="print the result as JSON")) -> None:
     """Run a workload on the real engine and in the simulator; report per-request TTFT / e2e
     error and per-tenant share error."""
-    from ..sched.registry import make_policy
     try:
-        _check_threads(threads)
-        wl, default_contract = resolve_workload(workload, seed)
-        c = resolve_contract(contract, default_contract)
-        prof = _load_profile(profile)
-        make_policy(policy)
+        wl, c, prof = _replay_inputs(workload, seed, contract, profile, policy, threads)
         if repeat < 1:
             raise ValueError(f"--repeat must be >= 1, got {repeat}")
         dt = _dtype(dtype)
