@@ -32,6 +32,10 @@ class VllmServer:
     records: str | None = None             # tokenfair_records (plugin only)
     max_num_seqs: int | None = None
     extra_args: list[str] = field(default_factory=list)
+    # VLLM_CPU_OMP_THREADS_BIND, e.g. "1": the engine's threads on these CPUs.  vLLM's "auto"
+    # binds every server on a 2-CPU machine to CPU 0, so two servers side by side would share
+    # one CPU unevenly; the tests give each server its own
+    cpu_bind: str | None = None
     python: str = sys.executable
     proc: subprocess.Popen | None = None
 
@@ -55,6 +59,8 @@ class VllmServer:
     def start(self) -> "VllmServer":
         env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
                    HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+        if self.cpu_bind is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_bind
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
