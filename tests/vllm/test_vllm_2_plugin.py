@@ -1,8 +1,8 @@
 """vLLM with the tokenfair scheduler vs stock vLLM (FCFS), the same burst on both, runs
 alternated: a light tenant arriving after two heavy tenants' burst, the heavy tenants
 weighted 2:1 (tests/vllm/contract.yaml); greedy outputs with and without the plugin.
-The machine is shared: both servers get the same burst at the same time (side by side),
-twice; throughput is compared as the median."""
+Each server runs the burst alone, in turn (stock, plugin, plugin, stock), its engine on the
+same CPU as the other's; throughput is compared as the median."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import statistics
 import httpx
 import pytest
 
-from tokenfair.integrations.burst import TenantLoad, run_burst, run_side_by_side, summarize
+from tokenfair.integrations.burst import TenantLoad, run_burst, run_in_turn, summarize
 
 BURST = [TenantLoad("heavy_a", 18, 5, 32), TenantLoad("heavy_b", 18, 5, 32),
          TenantLoad("light", 3, 1, 8, start_s=4.0, spacing_s=1.0, klass="interactive")]
@@ -22,12 +22,9 @@ MAX_NUM_SEQS = 6            # as conftest starts both servers
 
 @pytest.fixture(scope="module")
 def burst_runs(vllm_servers):
-    runs: dict[str, list[dict]] = {"stock": [], "plugin": []}
-    urls = {name: vllm_servers[name].url for name in runs}
-    for _ in range(RUNS):
-        for name, results in run_side_by_side(urls, BURST).items():
-            runs[name].append(summarize(results, HEAVY, slots=MAX_NUM_SEQS))
-    return runs
+    urls = {name: vllm_servers[name].url for name in ("stock", "plugin")}
+    return {name: [summarize(results, HEAVY, slots=MAX_NUM_SEQS) for results in bursts]
+            for name, bursts in run_in_turn(urls, BURST, RUNS).items()}
 
 
 def _median(runs: list[dict], f) -> float:
