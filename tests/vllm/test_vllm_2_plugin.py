@@ -1,8 +1,8 @@
 """vLLM with the tokenfair scheduler vs stock vLLM (FCFS), the same burst on both, runs
 alternated: a light tenant arriving after two heavy tenants' burst, the heavy tenants
 weighted 2:1 (tests/vllm/contract.yaml); greedy outputs with and without the plugin.
-Each server runs the burst alone, in turn (stock, plugin, plugin, stock), its engine on the
-same CPU as the other's; throughput is compared as the median."""
+Each server runs the burst alone, in turn (stock, plugin; plugin, stock; stock, plugin),
+its engine on the same CPU as the other's; throughput is compared as the median."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tokenfair.integrations.burst import TenantLoad, run_burst, run_in_turn, sum
 
 BURST = [TenantLoad("heavy_a", 18, 5, 32), TenantLoad("heavy_b", 18, 5, 32),
          TenantLoad("light", 3, 1, 8, start_s=4.0, spacing_s=1.0, klass="interactive")]
-RUNS = 2
+RUNS = 3
 HEAVY = ("heavy_a", "heavy_b")
 MAX_NUM_SEQS = 6            # as conftest starts both servers
 
@@ -63,9 +63,10 @@ def test_weighted_shares_while_backlogged(burst_runs):
         assert hi - lo > 2.0                           # a window long enough to mean something
 
 
-# The issue's target is 0.95x stock; side by side the plugin measures 0.86-0.92x on this
-# machine (docs/BENCHMARKS.md: with fair ordering the 6 slots no longer start and finish in
-# waves, so more steps carry a prefill).  Asserted: no worse than that, so a regression fails.
+# The issue's target is 0.95x stock; in turn the plugin measures 0.85-0.91x on this machine,
+# and about 1.0x with tokenfair's fifo policy inside it (docs/BENCHMARKS.md: the loss comes
+# from fair ordering, under which the 6 slots no longer start and finish in waves, so more
+# steps carry a prefill).  Asserted: no worse than that, so a regression fails.
 MIN_THROUGHPUT_RATIO = 0.80
 
 
