@@ -60,7 +60,7 @@ def test_graceful_shutdown_ends_every_request(tiny_model_dir, h, monkeypatch):
     assert len({r["request_id"] for r in recs}) == len(recs) == 3
     assert {r["status"] for r in recs} <= {"finished", "failed", "rejected"}
     assert all(r["reason"] for r in recs)
-    assert not svc.jobs and not svc.thread.is_alive()
+    assert not svc.jobs and not svc.worker.thread.is_alive()
     assert svc.sched.pool.num_free == svc.sched.pool.num_blocks
 
 
@@ -106,11 +106,11 @@ class _CrashingScheduler:
 def test_worker_crash_fails_requests_never_hangs(tiny_model_dir, h, monkeypatch):
     svc, st = h.start_serve(tiny_model_dir)
     try:
-        monkeypatch.setattr(svc, "sched", _CrashingScheduler(svc.sched))
+        monkeypatch.setattr(svc.worker, "sched", _CrashingScheduler(svc.sched))
         r = httpx.post(st.url + "/v1/completions", headers=h.auth("a"), timeout=10,
                        json={"prompt": "x", "max_tokens": 3})
         assert r.status_code == 500 and r.json()["error"]["code"] == "engine_error"
-        assert h.wait_until(lambda: not svc.thread.is_alive(), 5)
+        assert h.wait_until(lambda: not svc.worker.thread.is_alive(), 5)
         r = httpx.post(st.url + "/v1/completions", headers=h.auth("a"), timeout=10,
                        json={"prompt": "x", "max_tokens": 3})
         assert r.status_code == 503 and r.json()["error"]["code"] == "no_backend"

@@ -58,7 +58,8 @@ class FleetGateway(Gateway):
     def __init__(self, *args, fleet: FleetClient, **kw) -> None:
         super().__init__(*args, **kw)
         self.fleet = fleet
-        self.backends = [FleetBackend(**{f.name: getattr(b, f.name) for f in fields(b)}) for b in self.backends]
+        # in place: the gateway's parts (dispatcher, prober, job book) hold this list
+        self.backends[:] = [FleetBackend(**{f.name: getattr(b, f.name) for f in fields(b)}) for b in self.backends]
         self.by_name = {b.name: b for b in self.backends}
         self._task_asks: dict[asyncio.Task, DispatchAsk] = {}
         costs = self.contract.costs
@@ -125,12 +126,13 @@ class FleetGateway(Gateway):
 
     async def _round(self) -> None:
         now = self.now()
-        self._round_start(now)
+        dispatcher = self.dispatcher
+        dispatcher.round_start(now)
         self._sync_tags()
         blocked: set[str] = set()
         misses = 0
         retry_s = IDLE_POLL_S
-        while misses <= len(self.backends) and (nxt := self._next_release(now, blocked)) is not None:
+        while misses <= len(self.backends) and (nxt := dispatcher.next_release(now, blocked)) is not None:
             if not nxt:
                 continue
             cand, b, tokens = nxt
@@ -152,11 +154,11 @@ class FleetGateway(Gateway):
                         retry_s = min(retry_s, ans.retry_s)
                 self._sync_tags()
                 continue
-            task = self._release(cand, b, tokens, now)
+            task = dispatcher.release(cand, b, tokens, now)
             self._task_asks[task] = ask
             self._sync_tags()
-        self._set_sleep(now)
-        self._sleep = max(0.001, min(self._sleep, retry_s))   # a fleet bucket refills then
+        dispatcher.set_sleep(now)
+        dispatcher.sleep_s = max(0.001, min(dispatcher.sleep_s, retry_s))   # a fleet bucket refills then
 
     def _proxy_done(self, job: GatewayJob, b: Backend, tokens: int, task: asyncio.Task) -> None:
         super()._proxy_done(job, b, tokens, task)
