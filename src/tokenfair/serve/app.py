@@ -126,26 +126,29 @@ class OpenAIRoutes:
                                headers={"www-authenticate": "Bearer"}) from None
 
     async def parse(self, request: HTTPRequest, kind: str, model_cls):
+        """(tenant, body, raw, lower bound on the prompt's tokens, kept prompt or None)."""
         service = self.service
         tenant = self.authenticate(request)
         raw_bytes = await read_body(request, service.max_body_bytes)
-        bound = 0
+        bound, kept = 0, None
         if len(raw_bytes) > PROCESS_PARSE_BYTES:      # parsed in a helper process (body_precheck.py)
-            verdict = await service.prechecker.check(raw_bytes, kind, *service.prompt_bounds(), tenant=tenant)
+            verdict = await service.prechecker.check(raw_bytes, kind, *service.prompt_bounds(), tenant=tenant,
+                                                     chars_per_token=service.kept_prompt_chars_per_token())
             if verdict is not None:
-                bound = verdict.min_prompt_tokens
-                if verdict.reduced is not None:       # refused by its length: its prompt is not needed
+                bound, kept = verdict.min_prompt_tokens, verdict.kept
+                if verdict.reduced is not None:       # its prompt is not needed here (refused, or kept as bytes)
                     raw_bytes = json.dumps(verdict.reduced).encode()
         if len(raw_bytes) > OFFLOAD_PARSE_BYTES:
             body, raw = await run_in_threadpool(parse_body, raw_bytes, model_cls)
         else:
             body, raw = parse_body(raw_bytes, model_cls)
-        return tenant, body, raw, bound
+        return tenant, body, raw, bound, kept
 
     async def generate(self, request: HTTPRequest, kind: str, model_cls) -> Response:
         service = self.service
-        tenant, body, raw, bound = await self.parse(request, kind, model_cls)
+        tenant, body, raw, bound, kept = await self.parse(request, kind, model_cls)
         g = build_gen_request(kind, body, raw, request.headers, tenant)
+        g.kept_prompt = kept
         g.min_prompt_tokens = bound
         await service.prepare(g)       # tokenization/templating, off the event loop
         job = service.submit(g)        # ServiceError -> handler

@@ -14,11 +14,14 @@ below without a tokenizer:
   * every chat message is at least one token (each template renders at least its role
     marker: ChatML's ``<|im_start|>role``).
 
-What comes back is small: nothing (the body may fit: the HTTP layer parses it itself,
-now that it is known to be bounded by the context), a 400 for a malformed body, or the
-body with its prompt cut out plus the bound, so the request is refused
+What comes back is small for ``serve``: nothing (the body may fit: the HTTP layer parses
+it itself, now that it is known to be bounded by the context), a 400 for a malformed body,
+or the body with its prompt cut out plus the bound, so the request is refused
 (``context_length_exceeded``) and recorded like any other without the big part being
-parsed in the server.
+parsed in the server.  For the gateway (``chars_per_token`` set: it forwards the prompt,
+it never reads it) a valid body always comes back as the body with a stand-in for its
+prompt plus the prompt as JSON bytes and its estimate (:mod:`.kept_prompt`), so the
+gateway's own process never parses a big prompt either.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 from .errors import ServiceError
+from .kept_prompt import KeptPrompt, keep_prompt
 
 PROCESS_PARSE_BYTES = 256 * 1024     # bodies above this are parsed in the helper process
 MAX_BIG_BODIES_PER_TENANT = 2        # a tenant's big bodies waiting for the helper at once (429 beyond)
@@ -41,7 +45,9 @@ class Verdict:
 
     error: tuple | None = None          # (status, message, code, param) of a 400; None if it parsed
     min_prompt_tokens: int = 0          # >= 0: a lower bound on the prompt's tokens
-    reduced: dict | None = None         # the body without its prompt, when the bound reaches the context
+    reduced: dict | None = None         # the body without its prompt, when the bound reaches the context or with kept
+    kept: KeptPrompt | None = None      # the gateway's (chars_per_token given): the prompt as JSON bytes
+    pid: int = 0                        # the process that judged the body
 
 
 def lower_bound_tokens(kind: str, body, max_token_chars: int | None) -> int:
@@ -58,23 +64,33 @@ def lower_bound_tokens(kind: str, body, max_token_chars: int | None) -> int:
     return len(prompt)
 
 
-def check_body(raw_bytes: bytes, kind: str, max_context: int | None, max_token_chars: int | None) -> Verdict:
-    """Run in the helper process: parse and validate; bound the prompt when the context is known."""
+def check_body(raw_bytes: bytes, kind: str, max_context: int | None, max_token_chars: int | None,
+               chars_per_token: float | None = None) -> Verdict:
+    """Run in the helper process: parse and validate; bound the prompt when the context is
+    known; with ``chars_per_token`` (the gateway) keep the prompt as bytes (kept_prompt.py)."""
+    import os
+
     from .openai_schema import ChatCompletionRequest, CompletionRequest
     from .parsing import parse_body
     model_cls = ChatCompletionRequest if kind == "chat" else CompletionRequest
+    pid = os.getpid()
     try:
         body, raw = parse_body(raw_bytes, model_cls)
     except ServiceError as err:
-        return Verdict(error=(err.status, err.message, err.code, err.param))
+        return Verdict(error=(err.status, err.message, err.code, err.param), pid=pid)
+    if chars_per_token is not None:
+        from .gateway_context import estimate_tokens
+        reduced, kept = keep_prompt(raw, kind, estimate_tokens(kind, body, chars_per_token))
+        return Verdict(min_prompt_tokens=lower_bound_tokens(kind, body, max_token_chars), reduced=reduced,
+                       kept=kept, pid=pid)
     if max_context is None:
-        return Verdict()
+        return Verdict(pid=pid)
     bound = lower_bound_tokens(kind, body, max_token_chars)
     if bound < max_context:
-        return Verdict(min_prompt_tokens=bound)
+        return Verdict(min_prompt_tokens=bound, pid=pid)
     reduced = {k: v for k, v in raw.items() if k not in ("prompt", "messages")}
     reduced.update({"messages": [{"role": "user", "content": ""}]} if kind == "chat" else {"prompt": ""})
-    return Verdict(min_prompt_tokens=bound, reduced=reduced)
+    return Verdict(min_prompt_tokens=bound, reduced=reduced, pid=pid)
 
 
 HELPER_NICE = 10     # the helper yields the CPU to the server's engine and event loop
@@ -97,10 +113,12 @@ class BodyPrechecker:
     def __init__(self) -> None:
         self.pool: ProcessPoolExecutor | None = None
         self.num_checked = 0
+        self.last_pid: int | None = None        # the helper process that judged the last body
         self.in_flight: dict[str, int] = {}     # tenant -> its bodies at the helper now (>= 1 when listed)
 
     async def check(self, raw_bytes: bytes, kind: str, max_context: int | None,
-                    max_token_chars: int | None, tenant: str = "") -> Verdict | None:
+                    max_token_chars: int | None, tenant: str = "",
+                    chars_per_token: float | None = None) -> Verdict | None:
         """The helper's verdict (a ServiceError 400 for a malformed body); None when the
         helper died or raised (the caller then parses the body itself, as a small one).
         A tenant with :data:`MAX_BIG_BODIES_PER_TENANT` bodies at the helper already gets a
@@ -111,25 +129,27 @@ class BodyPrechecker:
                                "too_many_big_bodies", headers={"retry-after": "1"})
         self.in_flight[tenant] = self.in_flight.get(tenant, 0) + 1
         try:
-            return await self._check(raw_bytes, kind, max_context, max_token_chars)
+            return await self._check(raw_bytes, kind, max_context, max_token_chars, chars_per_token)
         finally:
             self.in_flight[tenant] -= 1
             if not self.in_flight[tenant]:
                 del self.in_flight[tenant]
 
     async def _check(self, raw_bytes: bytes, kind: str, max_context: int | None,
-                     max_token_chars: int | None) -> Verdict | None:
+                     max_token_chars: int | None, chars_per_token: float | None) -> Verdict | None:
         if self.pool is None:
             self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_warm)
         loop = asyncio.get_running_loop()
         try:
-            verdict = await loop.run_in_executor(self.pool, check_body, raw_bytes, kind, max_context, max_token_chars)
+            verdict = await loop.run_in_executor(self.pool, check_body, raw_bytes, kind, max_context,
+                                                 max_token_chars, chars_per_token)
         except BrokenProcessPool:
             self.close()
             return None
         except Exception:  # noqa: BLE001 - a helper bug: the server judges the body itself
             return None
         self.num_checked += 1
+        self.last_pid = verdict.pid
         if verdict.error is not None:
             raise ServiceError(*verdict.error)
         return verdict

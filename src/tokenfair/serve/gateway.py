@@ -61,7 +61,6 @@ Parts (each built with its own state and narrow callbacks, each testable alone):
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections import Counter
 
@@ -78,7 +77,7 @@ from .service import Service
 from .auth import KeyRing
 from .gateway_backend import BackendProxy
 from .gateway_dispatch import IDLE_POLL_S, Dispatcher
-from .gateway_context import context_refusal
+from .gateway_context import context_refusal, estimate_tokens
 from .gateway_health import HealthConfig, HealthProber
 from .gateway_jobs import GatewayJob, JobBook
 from .gateway_window import AdaptiveWindow, Backend, WindowConfig, normalize_backend_url
@@ -98,14 +97,11 @@ ABORT_WAIT_S = 5.0              # drain: how long aborted jobs may take to end a
 
 def estimate_prompt_tokens(g: GenRequest, chars_per_token: float) -> int:
     """The gateway has no tokenizer: characters / ``chars_per_token`` (+4 per chat message);
-    token-id prompts are exact.  The backend's ``usage`` corrects the charge afterwards."""
-    body = g.body
-    if g.kind == "chat":
-        return max(1, sum(4 + math.ceil(len(m.text()) / chars_per_token) for m in body.messages))
-    p = body.prompt
-    if isinstance(p, str):
-        return max(1, math.ceil(len(p) / chars_per_token))
-    return max(1, len(p))
+    token-id prompts are exact (a big body's, from the helper process: kept_prompt.py).
+    The backend's ``usage`` corrects the charge afterwards."""
+    if g.kept_prompt is not None:
+        return g.kept_prompt.est_tokens
+    return estimate_tokens(g.kind, g.body, chars_per_token)
 
 
 class Gateway(Service):
@@ -193,6 +189,9 @@ class Gateway(Service):
 
     def prompt_bounds(self) -> tuple[int | None, int | None]:
         return self.max_context, None           # no tokenizer: only the certain bounds (body_precheck)
+
+    def kept_prompt_chars_per_token(self) -> float | None:
+        return self.chars_per_token             # a big body's prompt is forwarded as bytes (kept_prompt.py)
 
     def model_names(self) -> list[str]:
         return self.prober.model_names()

@@ -20,6 +20,7 @@ from .gateway_errors import BackendError, parse_backend_error
 from .gateway_health import HealthConfig, timed_lines
 from .gateway_jobs import GatewayJob
 from .backend_identity import tag_body
+from .kept_prompt import body_bytes
 from .gateway_window import Backend
 from .jobs import Delta, Done, Failed
 
@@ -75,6 +76,8 @@ class BackendProxy:
             h["x-tokenfair-deadline-s"] = repr(g.deadline_s)
         if g.priority is not None and "x-tokenfair-priority" not in h:
             h["x-tokenfair-priority"] = repr(g.priority)
+        if g.kept_prompt is not None:          # sent as bytes (payload): httpx does not set it then
+            h["content-type"] = "application/json"
         return h
 
     def body(self, job: GatewayJob, b: Backend) -> dict:
@@ -87,6 +90,13 @@ class BackendProxy:
         return tag_body(body, req.tenant, req.klass, req.priority,
                         backend_priority=self.backend_priority)
 
+    def payload(self, job: GatewayJob, b: Backend) -> dict:
+        """httpx's body arguments: the body as JSON; a kept prompt spliced in as bytes."""
+        kept = job.g.kept_prompt
+        if kept is None:
+            return {"json": self.body(job, b)}
+        return {"content": body_bytes(self.body(job, b), kept)}
+
     async def run(self, client: httpx.AsyncClient, job: GatewayJob, b: Backend) -> None:
         """Proxy ``job`` to ``b`` until it ends, is re-queued, or its task is cancelled."""
         req, g = job.req, job.g
@@ -97,7 +107,7 @@ class BackendProxy:
         prompt_est = req.prompt_tokens
         try:
             cfg = self.cfg
-            async with client.stream("POST", b.url + path, json=self.body(job, b), headers=self.headers(job),
+            async with client.stream("POST", b.url + path, **self.payload(job, b), headers=self.headers(job),
                                      timeout=httpx.Timeout(cfg.first_token_timeout_s,
                                                            connect=cfg.connect_timeout_s)) as resp:
                 if resp.status_code != 200:

@@ -13,8 +13,21 @@ than the estimate leaves in the context.
 
 from __future__ import annotations
 
+import math
+
 from . import limits
 from .jobs import GenRequest
+
+
+def estimate_tokens(kind: str, body, chars_per_token: float) -> int:
+    """The gateway's estimate of a validated body's prompt tokens (it has no tokenizer):
+    characters / ``chars_per_token`` (+4 per chat message); token-id prompts are exact."""
+    if kind == "chat":
+        return max(1, sum(4 + math.ceil(len(m.text()) / chars_per_token) for m in body.messages))
+    p = body.prompt
+    if isinstance(p, str):
+        return max(1, math.ceil(len(p) / chars_per_token))
+    return max(1, len(p))
 
 
 def min_prompt_tokens(g: GenRequest) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..core.request import Request
 from .errors import ServiceError, http_status_of, retry_header
+from .kept_prompt import KeptPrompt
 from .metrics import reason_code
 from .openai_schema import ChatCompletionRequest, CompletionRequest
 
@@ -68,6 +69,7 @@ class GenRequest:
     forward_headers: dict[str, str] = field(default_factory=dict)
     prompt_ids: list[int] | None = None   # set by Service.prepare (serve: tokenized off the event loop)
     min_prompt_tokens: int = 0            # >= 0: a lower bound on the prompt's tokens (body_precheck)
+    kept_prompt: KeptPrompt | None = None  # set: a big body's prompt as bytes; body/raw hold a stand-in (gateway)
 
     @property
     def stream(self) -> bool:

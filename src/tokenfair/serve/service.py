@@ -179,6 +179,12 @@ class Service:
         by its length alone; None where unknown (the gateway has no tokenizer)."""
         return None, None
 
+    def kept_prompt_chars_per_token(self) -> float | None:
+        """Set (the gateway: its estimate's characters per token): a big body's prompt is not
+        parsed here but kept as JSON bytes by the helper process and forwarded as such
+        (kept_prompt.py); None: the service needs the prompt itself (serve tokenizes it)."""
+        return None
+
     async def prepare(self, g: GenRequest) -> None:
         """Work on ``g`` that may be slow (tokenizing), done before ``submit``, off the event loop."""
 
