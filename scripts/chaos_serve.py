@@ -5,8 +5,8 @@
 
   poison   ``--streams`` streams from 10 tenants, plus one request with the seed that once
            failed a whole batch (2^64 + 1): it gets its 400 alone, every stream finishes;
-  big_body 16 MiB bodies (declared, chunked, and parsed by a server with a 32 MiB cap) while
-           20 streams run: the largest gap between two chunks of any stream while the body
+  big_body 16 MiB bodies (declared, chunked, and parsed by a server with a 32 MiB cap, and
+           by a gateway with that cap in front of it) while 20 streams run: the largest gap between two chunks of any stream while the body
            is sent and answered, next to a window of the same length just after
            (``scripts/chaos_big_body.py``; ``--repeat`` runs each, medians);
   sigstop  two serve backends behind a gateway (probe interval 1 s, timeout 1.5 s, 2
@@ -74,6 +74,8 @@ async def stream(client, url, tenant, max_tokens=48, prompt="fair scheduling sha
     async with client.stream("POST", url + "/v1/completions", headers={"Authorization": f"Bearer {tenant}-key"},
                              json={"prompt": prompt, "max_tokens": max_tokens, "stream": True, "ignore_eos": True,
                                    "stream_options": {"include_usage": True}}) as r:
+        if r.status_code != 200:
+            print(f"{tenant}: {r.status_code} {(await r.aread())[:300]!r}", file=sys.stderr)
         async for line in r.aiter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
                 stamps.append(time.monotonic())
@@ -145,18 +147,22 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         make_tiny_llama(folder / "model")
-        contract = write_contract(folder)
+        contract = write_contract(folder, {"big": {}})     # "big" sends the big bodies (chaos_big_body.py)
         serve_args = ["serve", "--model", str(folder / "model"), "--contract", str(contract), "--threads", "1",
                       "--served-model-name", "tiny", "--kv-tokens", "16384"]
-        ports = [free_port() for _ in range(3)]
+        ports = [free_port() for _ in range(4)]
         procs = [start_server(serve_args, ports[0]),
                  start_server([*serve_args, "--max-body-bytes", str(BIG_CAP_BYTES)], ports[1])]
         try:
             url = f"http://127.0.0.1:{ports[0]}"
             out["rss_mb_fresh"] = round(rss_mb(procs[0].pid), 1)
             big_cap_url = f"http://127.0.0.1:{ports[1]}"
+            gw_url = f"http://127.0.0.1:{ports[3]}"
+            if args.only in (None, "big_body") and any(v.startswith("gw-") for v in args.variants.split(",")):
+                procs.append(start_server(["gateway", "--contract", str(contract), "--backend", big_cap_url,
+                                           "--max-body-bytes", str(BIG_CAP_BYTES)], ports[3]))
             phases = {"poison": lambda: poison(url, args.streams),
-                      "big_body": lambda: big_body(url, big_cap_url, args.repeat, args.variants.split(","))}
+                      "big_body": lambda: big_body(url, big_cap_url, gw_url, args.repeat, args.variants.split(","))}
             for name, phase in phases.items():
                 if args.only in (None, name):
                     out[name] = asyncio.run(phase())
