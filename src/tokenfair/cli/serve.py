@@ -66,8 +66,10 @@ def _run_server(app, service, host: str, port: int, grace_s: float, log_level: s
     import uvicorn
 
     from ..serve.admin import install_sighup
+    from ..serve.heap import freeze_startup_heap
     from ..serve.shutdown import GracefulServer
     install_sighup(service)
+    freeze_startup_heap()        # the loaded model, tokenizer and modules: out of full collections
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                             timeout_graceful_shutdown=grace_s + CLOSE_S, access_log=log_level == "debug")
     GracefulServer(config, service, grace_s).run()

@@ -43,7 +43,6 @@ from .jobs import Failed, GenRequest, Job
 from .openai_schema import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, error_body, full_response, now_s
 from .body_precheck import PROCESS_PARSE_BYTES
 from .limits import OFFLOAD_PARSE_BYTES, read_body
-from .heap import freeze_startup_heap
 from .loop_lag import probe_from_env
 from .openapi import install_openapi
 from .parsing import validation_message, build_gen_request, parse_body
@@ -58,7 +57,6 @@ def create_app(service: Service, grace_s: float = DEFAULT_GRACE_S) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await service.start()
-        freeze_startup_heap()           # full collections skip the start-up heap (heap.py)
         probe = probe_from_env()        # TOKENFAIR_LOOP_LAG_MS: a diagnostic (loop_lag.py)
         probe_task = asyncio.ensure_future(probe.run()) if probe is not None else None
         try:

@@ -4,9 +4,11 @@ A full (generation 2) collection scans every tracked object of the process, and 
 whichever thread allocates when it falls due -- mostly the event loop.  ``serve`` holds
 torch, transformers, the tokenizer and the app: a full scan of that heap took 0.23-0.30 s
 on the loop (``tokenfair.serve.loop_lag``'s ``gc`` field, 2 shared cores under load), a
-gap in every stream.  :func:`freeze_startup_heap` moves everything alive once the service
-has started into the collector's permanent generation (:func:`gc.freeze`): later full
-collections scan only what requests left behind.  Frozen objects are still freed by
+gap in every stream.  ``tokenfair serve`` and ``tokenfair gateway`` call
+:func:`freeze_startup_heap` once the service is built, before the server starts
+(cli/serve.py; never a server run inside another program, e.g. the tests): everything
+alive then goes to the collector's permanent generation (:func:`gc.freeze`), and later
+full collections scan only what requests left behind.  Frozen objects are still freed by
 reference counting; only cycles among them are never collected (start-up objects live as
 long as the process anyway).
 """
