@@ -38,6 +38,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
+from ..core.reasons import CLIENT_CLOSED, Reason, ReasonCode
 from ..core.request import Request, Status
 from ..sched.registry import make_policy
 from ..sched.scheduler import IterationScheduler
@@ -49,6 +50,8 @@ from .engine_intake import context_refusal, prompt_chars, sampling_of, tokenize_
 from .engine_job import IncrementalDetokenizer, ServeJob
 from .limits import max_token_chars, min_prompt_tokens
 from .engine_worker import IDLE_POLL_S, MAX_ENGINE_ERRORS, EngineWorker
+
+ENGINE_STOPPED = Reason(ReasonCode.SHUTDOWN, "engine stopped")   # the worker is gone with requests held
 
 # Split into engine_job (request bridge) and engine_worker (worker thread); the public
 # names stay importable from here.
@@ -117,7 +120,7 @@ class EngineBackend(EngineWorker, Service):
         while self.jobs and time.monotonic() < deadline and self.thread is not None and self.thread.is_alive():
             await asyncio.sleep(0.02)
         if self.jobs:
-            self._fail_all("shutdown: the server is stopping (grace period over)")
+            self._fail_all(Reason(ReasonCode.SHUTDOWN, "the server is stopping (grace period over)"))
             end = time.monotonic() + 5.0
             while self.jobs and time.monotonic() < end and self.thread is not None and self.thread.is_alive():
                 await asyncio.sleep(0.01)
@@ -125,7 +128,7 @@ class EngineBackend(EngineWorker, Service):
             with self.lock:
                 for job in list(self.jobs.values()):
                     if not job.req.status.is_terminal:
-                        self.sched.abort(job.req, Status.FAILED, "shutdown: engine stopped", self.now())
+                        self.sched.abort(job.req, Status.FAILED, ENGINE_STOPPED, self.now())
                 ended = self._drain_ended()
             self._publish([], ended, threadsafe=False)
 
@@ -137,7 +140,7 @@ class EngineBackend(EngineWorker, Service):
         self.engine.close()
         await super().stop()
 
-    def _fail_all(self, reason: str) -> None:
+    def _fail_all(self, reason: Reason) -> None:
         now = self.now()
         with self.lock:
             for job in list(self.jobs.values()):
@@ -176,7 +179,7 @@ class EngineBackend(EngineWorker, Service):
     def _check_model(self, g: GenRequest) -> None:
         if g.model and g.model not in self.model_names():
             raise ServiceError(404, f"model {g.model!r} does not exist; this server serves {self.served_model!r}",
-                               "model_not_found", "model")
+                               ReasonCode.MODEL_NOT_FOUND, "model")
 
     def _refuse_context(self, g: GenRequest, n: int, asked: int | None) -> None:
         refusal = context_refusal(n, asked, self.max_context, g)
@@ -193,10 +196,10 @@ class EngineBackend(EngineWorker, Service):
         sampling = sampling_of(body)              # before intake: a bad parameter is a plain 400
         ids = g.prompt_ids if g.prompt_ids is not None else tokenize_prompt(g, self.loaded, self.vocab_size)
         if not ids:
-            raise ServiceError(400, "prompt: the prompt is empty", "invalid_request", "prompt")
+            raise ServiceError(400, "prompt: the prompt is empty", ReasonCode.INVALID_REQUEST, "prompt")
         stops = body.stop_list()
         if stops and (self.loaded is None or self.loaded.tokenizer is None):
-            raise ServiceError(400, "stop: stop strings need a tokenizer", "invalid_request", "stop")
+            raise ServiceError(400, "stop: stop strings need a tokenizer", ReasonCode.INVALID_REQUEST, "stop")
         n = len(ids)
         asked = body.requested_max_tokens()
         self._refuse_context(g, n, asked)
@@ -213,7 +216,8 @@ class EngineBackend(EngineWorker, Service):
                                         on_token=lambda tok, fin: job.on_token(tok, fin, dirty))
         with self.lock:
             if self.closing or self.broken is not None:
-                why = "shutting_down: the server is stopping" if self.closing else f"no_backend: engine broken ({self.broken})"
+                why = Reason(ReasonCode.SHUTTING_DOWN, "the server is stopping") if self.closing \
+                    else Reason(ReasonCode.NO_BACKEND, f"engine broken ({self.broken})")
                 raise self.refuse(req, why, now, endpoint=g.kind)
             door = self.door_check(req, now)
             if door is not None:
@@ -221,13 +225,13 @@ class EngineBackend(EngineWorker, Service):
             self.sched.add_request(req, now)
             if req.status is Status.REJECTED:
                 self.sched.forget_ended(req)
-                raise self.refuse(req, req.reason, now, endpoint=g.kind)
+                raise self.refuse(req, None, now, endpoint=g.kind)
             self.jobs[req.request_id] = job
             self._adds.append(req)
         self.wake.set()
         return job
 
-    def cancel(self, job: Job, reason: str = "client_disconnected: the client closed the connection") -> None:
+    def cancel(self, job: Job, reason: Reason = CLIENT_CLOSED) -> None:
         req = job.req
         with self.lock:
             if req.status.is_terminal or req.request_id not in self.jobs:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from ..core.reasons import NEVER_ADMITTED, Reason, ReasonCode
 from ..core.request import Request, Status
 from ..sched.interface import StepResult
 from .engine_job import ServeJob, deliver
@@ -33,7 +34,7 @@ class EngineWorker:
                 continue
             job.ended = True
             if req.status is Status.REJECTED:
-                self.metrics.rejected(req.tenant, req.reason)
+                self.metrics.rejected(req.tenant, req.reason_code)
             fin = getattr(req.payload, "finish_reason", None) if req.status is Status.FINISHED else None
             self.record(req, endpoint=job.g.kind, finish_reason=fin)
             items.append((job, ("end",)))
@@ -67,7 +68,7 @@ class EngineWorker:
             try:
                 eng.add(req)
             except ValueError as err:
-                self.sched.abort(req, Status.FAILED, f"engine_rejected: {err}", now)
+                self.sched.abort(req, Status.FAILED, Reason(ReasonCode.ENGINE_REJECTED, str(err)), now)
         self._adds.clear()
         for req, status, reason in self._aborts:
             if not req.status.is_terminal:
@@ -91,7 +92,8 @@ class EngineWorker:
             for job in list(self.jobs.values()):
                 r = job.req
                 if not r.status.is_terminal:
-                    r.status, r.reason, r.finish_s = Status.FAILED, f"engine_error: worker stopped ({self.broken})", now
+                    r.status, r.end_reason, r.finish_s = \
+                        Status.FAILED, Reason(ReasonCode.ENGINE_ERROR, f"worker stopped ({self.broken})"), now
                 ended.append(r)
         self._publish([], ended, threadsafe=True)
 
@@ -112,7 +114,7 @@ class EngineWorker:
                         self._forget.extend(out.aborted)
                         wake = self.sched.policy_wakeup(now)
                         if not self.sched.running and wake == math.inf and self.policy.num_waiting():
-                            self.sched.fail_waiting("unschedulable: no resource can ever admit it", now)
+                            self.sched.fail_waiting(NEVER_ADMITTED, now)
                         sleep = min(max(0.0, wake - now), IDLE_POLL_S)
                         out = None
                 ended = self._drain_ended()
@@ -131,11 +133,11 @@ class EngineWorker:
                     self.broken = f"engine_error: {MAX_ENGINE_ERRORS} steps running nothing"
             except Exception as err:  # noqa: BLE001 - keep serving; fail this step's requests
                 errors += 1
-                reason = f"engine_error: {type(err).__name__}: {err}"
+                reason = Reason(ReasonCode.ENGINE_ERROR, f"{type(err).__name__}: {err}")
                 result = StepResult(duration_s=0.0, failed=[(r, reason) for r, _ in out.prefill]
                                     + [(r, reason) for r in out.decode])
                 if errors >= MAX_ENGINE_ERRORS:
-                    self.broken = reason
+                    self.broken = reason.text
             tokens = self._take_tokens()
             with self.lock:
                 now = self.now()
@@ -149,4 +151,4 @@ class EngineWorker:
                 self.metrics.preempted(req.tenant)
             self._publish(tokens, ended, threadsafe=True)
             if self.broken is not None:
-                self._fail_all(f"failed: engine broken ({self.broken})")
+                self._fail_all(Reason(ReasonCode.FAILED, f"engine broken ({self.broken})"))

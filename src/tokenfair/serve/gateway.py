@@ -60,6 +60,7 @@ import httpx
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
 from ..core.kv import BlockPool
+from ..core.reasons import CLIENT_CLOSED, Reason, ReasonCode
 from ..core.request import Status
 from ..sched.predictor import OnlinePredictor
 from ..sched.registry import make_policy
@@ -183,7 +184,7 @@ class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
         while self.jobs and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         for job in list(self.jobs.values()):
-            self._abort(job, "shutdown: the gateway is stopping (grace period over)")
+            self._abort(job, Reason(ReasonCode.SHUTDOWN, "the gateway is stopping (grace period over)"))
         end = time.monotonic() + 5.0
         while self.jobs and time.monotonic() < end:
             await asyncio.sleep(0.01)
@@ -212,9 +213,9 @@ class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
                 max_tokens = max(1, min(max_tokens, self.max_context - est))
         req = self.intake(g, est, max_tokens, now)
         if self.closing:
-            raise self.refuse(req, "shutting_down: the gateway is stopping", now, endpoint=g.kind)
+            raise self.refuse(req, Reason(ReasonCode.SHUTTING_DOWN, "the gateway is stopping"), now, endpoint=g.kind)
         if not any(b.up for b in self.backends):
-            raise self.refuse(req, f"no_backend: all {len(self.backends)} backends are down", now,
+            raise self.refuse(req, Reason(ReasonCode.NO_BACKEND, f"all {len(self.backends)} backends are down"), now,
                               retry_after=1.0, endpoint=g.kind)
         door = self.door_check(req, now)
         if door is not None:
@@ -231,10 +232,10 @@ class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
         self.wake.set()
         return job
 
-    def cancel(self, job: Job, reason: str = "client_disconnected: the client closed the connection") -> None:
+    def cancel(self, job: Job, reason: Reason = CLIENT_CLOSED) -> None:
         self._abort(job, reason)
 
-    def _abort(self, job: GatewayJob, reason: str) -> None:
+    def _abort(self, job: GatewayJob, reason: Reason) -> None:
         req = job.req
         if job.ended or req.status.is_terminal:
             return
@@ -246,14 +247,14 @@ class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
             self.policy.discard(req)
         self._end(job, Status.FAILED, reason)
 
-    def _end(self, job: GatewayJob, status: Status, reason: str, event=None, http_status: int | None = None,
+    def _end(self, job: GatewayJob, status: Status, reason: Reason, event=None, http_status: int | None = None,
              finish_reason: str | None = None) -> None:
         if job.ended:
             return
         job.ended = True
         req = job.req
         now = self.now()
-        req.status, req.reason, req.finish_s = status, reason, now
+        req.status, req.end_reason, req.finish_s = status, reason, now
         if status is Status.FINISHED:
             self.predictor.observe(req, req.num_output)
             self.policy.on_finish(req, now)

@@ -13,6 +13,7 @@ import asyncio
 
 import httpx
 
+from ..core.reasons import Reason, ReasonCode, backend_finished, from_upstream
 from ..core.request import Request, Status
 from .sse_read import data_chunks
 from .gateway_errors import BackendError, parse_backend_error
@@ -31,7 +32,7 @@ class GatewayJob(Job):
         self.released_s = 0.0
         self.charge_tokens = 0
         self.retries = 0
-        self.cancel_reason: str | None = None
+        self.cancel_reason: Reason | None = None
         self.requeue_on_cancel = False      # cancelled because its backend went down (gateway_health)
         self.ended = False
 
@@ -69,7 +70,7 @@ class BackendClient:
         return tag_body(body, req.tenant, req.klass, req.priority,
                         backend_priority=self.backend_priority)
 
-    def _requeue_or_fail(self, job: GatewayJob, b: Backend, reason: str, status: int) -> None:
+    def _requeue_or_fail(self, job: GatewayJob, b: Backend, reason: Reason, status: int) -> None:
         req = job.req
         now = self.now()
         if job.retries < self.max_retries and not self.closing and req.num_output == 0:
@@ -82,7 +83,7 @@ class BackendClient:
             self.metrics.preempted(req.tenant)
             return
         self._end(job, Status.FAILED, reason,
-                  Failed(status, f"request failed: {reason}", reason.split(":", 1)[0]), http_status=status)
+                  Failed(status, f"request failed: {reason.text}", reason.code), http_status=status)
 
     async def _proxy(self, job: GatewayJob, b: Backend) -> None:
         req, g = job.req, job.g
@@ -107,7 +108,7 @@ class BackendClient:
         except (httpx.ConnectError, httpx.ConnectTimeout) as err:
             self._mark_down(b, f"{type(err).__name__}")
             b.window.on_overload(job.released_s, self.now())
-            self._requeue_or_fail(job, b, f"backend_unavailable: {b.name}: {type(err).__name__}", 503)
+            self._requeue_or_fail(job, b, Reason(ReasonCode.BACKEND_UNAVAILABLE, f"{b.name}: {type(err).__name__}"), 503)
         except (_StreamError, httpx.HTTPError) as err:
             self._stream_failed(job, b, err)
 
@@ -117,7 +118,7 @@ class BackendClient:
         if "error" in chunk:
             err = parse_backend_error(0, chunk["error"] if isinstance(chunk["error"], dict)
                                       else {"message": str(chunk["error"])})
-            raise _StreamError(f"{err.code or 'backend_error'}: {b.name}: {err.message}", err)
+            raise _StreamError(from_upstream(err.code, ReasonCode.BACKEND_ERROR, f"{b.name}: {err.message}"), err)
         m = chunk.get("model")
         if m:
             if not job.model:
@@ -141,7 +142,8 @@ class BackendClient:
         b.errors += 1
         if isinstance(err, httpx.TimeoutException):
             self._suspect(b, f"{type(err).__name__}: {err}")
-        reason = str(err) if isinstance(err, _StreamError) else f"backend_error: {b.name}: {type(err).__name__}: {err}"
+        reason = err.reason if isinstance(err, _StreamError) \
+            else Reason(ReasonCode.BACKEND_ERROR, f"{b.name}: {type(err).__name__}: {err}")
         if isinstance(err, _StreamError) and not err.error.retry:
             code = err.error.code or "backend_error"
             self._end(job, Status.FAILED, reason, Failed(502, err.error.message, code, param=err.error.param),
@@ -149,7 +151,7 @@ class BackendClient:
         elif req.num_output == 0:
             self._requeue_or_fail(job, b, reason, 502)
         else:
-            self._end(job, Status.FAILED, reason, Failed(502, f"request failed: {reason}", "backend_error"),
+            self._end(job, Status.FAILED, reason, Failed(502, f"request failed: {reason.text}", ReasonCode.BACKEND_ERROR),
                       http_status=502)
 
     def _proxy_done(self, job: GatewayJob, b: Backend, tokens: int, task: asyncio.Task) -> None:
@@ -166,20 +168,20 @@ class BackendClient:
         if not job.ended and job.req.status is Status.RUNNING:
             if task.cancelled() and job.requeue_on_cancel:     # its backend went down: try another
                 job.requeue_on_cancel = False
-                self._requeue_or_fail(job, b, job.cancel_reason or "backend_unavailable", 503)
+                self._requeue_or_fail(job, b, job.cancel_reason or Reason(ReasonCode.BACKEND_UNAVAILABLE), 503)
             elif task.cancelled():
-                self._end(job, Status.FAILED, job.cancel_reason or "shutdown: the gateway is stopping")
+                self._end(job, Status.FAILED, job.cancel_reason or Reason(ReasonCode.SHUTDOWN, "the gateway is stopping"))
             else:
                 err = task.exception()
-                reason = f"gateway_error: {type(err).__name__}: {err}" if err else "gateway_error: proxy ended early"
-                self._end(job, Status.FAILED, reason, Failed(500, reason, "gateway_error"), http_status=500)
+                reason = Reason(ReasonCode.GATEWAY_ERROR, f"{type(err).__name__}: {err}" if err else "proxy ended early")
+                self._end(job, Status.FAILED, reason, Failed(500, reason.text, ReasonCode.GATEWAY_ERROR), http_status=500)
         if self.wake is not None:
             self.wake.set()
 
     async def _backend_refused(self, job: GatewayJob, b: Backend, resp: httpx.Response) -> None:
         err = parse_backend_error(resp.status_code, await resp.aread(), resp.headers.get("x-should-retry"))
         status = resp.status_code
-        reason = f"{err.code or 'backend_status'}: {b.name} answered {status}: {err.message}"
+        reason = from_upstream(err.code, ReasonCode.BACKEND_STATUS, f"{b.name} answered {status}: {err.message}")
         if status in (429, 503) and err.retry:
             b.window.on_overload(job.released_s, self.now())
             self._requeue_or_fail(job, b, reason, status)
@@ -228,10 +230,11 @@ class BackendClient:
             b.tpot_ewma_s = tpot if b.tpot_ewma_s is None else b.tpot_ewma_s + 0.1 * (tpot - b.tpot_ewma_s)
         b.served += 1
         fr = finish_reason or ("length" if req.num_output >= req.max_tokens else "stop")
-        self._end(job, Status.FINISHED, f"backend_{fr}",
+        self._end(job, Status.FINISHED, backend_finished(fr),
                   Done(fr, req.prompt_tokens, req.num_output), finish_reason=fr)
 
 class _StreamError(Exception):
-    def __init__(self, message: str, error: BackendError) -> None:
-        super().__init__(message)
+    def __init__(self, reason: Reason, error: BackendError) -> None:
+        super().__init__(reason.text)
+        self.reason = reason
         self.error = error

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..core.reasons import Reason, ReasonCode
+
 
 class HealthConfig(BaseModel):
     """The gateway's timeouts and probing (all in seconds)."""
@@ -152,7 +154,7 @@ class BackendHealth:
         b.next_probe_s = self.now() + b.probe_backoff_s
 
     def _drain_backend(self, b, why: str) -> None:
-        reason = f"backend_unavailable: {self._label(b)} stopped answering ({why})"
+        reason = Reason(ReasonCode.BACKEND_UNAVAILABLE, f"{self._label(b)} stopped answering ({why})")
         current = asyncio.current_task()
         for job in list(self.running):
             if job.backend is b and job.task is not None and not job.task.done() and job.task is not current:
