@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from tokenfair.contracts.contract import parse_contract
+from tokenfair.core.reasons import ReasonCode
 from tokenfair.integrations.vllm.bridge import PolicyBridge, identity
 from tokenfair.integrations.vllm.compat import VllmInterfaceError, check_vllm_version
 from tokenfair.integrations.vllm.settings import (VLLM_CPU_SMOLLM2, Settings, SettingsError, engine_budgets,
@@ -166,7 +167,7 @@ def test_victim_ranks_follow_the_policy():
 def test_rejected_class_and_bad_settings(tmp_path, monkeypatch):
     b = bridge(contract={**CONTRACT, "tenants": {**CONTRACT["tenants"], "a": {"classes": ["batch"]}}})
     assert b.arrive(vreq("x", "a", klass="interactive")) is None
-    assert "class_not_allowed" in b.rejected["x"] and not b.by_id
+    assert b.rejected["x"].code is ReasonCode.CLASS_NOT_ALLOWED and not b.by_id
     monkeypatch.delenv("TOKENFAIR_CONTRACT", raising=False)
     kw = dict(max_running=8, token_budget=512, chunk_cap=0, num_blocks=64, block_size=16)
     with pytest.raises(SettingsError, match="tokenfair_contract"):

@@ -33,6 +33,7 @@ import asyncio
 import time
 from dataclasses import dataclass, fields
 
+from ..core.reasons import Reason, ReasonCode
 from ..core.request import Status
 from ..serve.gateway import Gateway
 from ..serve.gateway_backend import GatewayJob
@@ -189,9 +190,9 @@ class FleetGateway(Gateway):
         if wait <= limit:
             return None
         scope = "fleet-wide" if self.fleet.healthy else f"this gateway's share ({self.fleet.local.share:.2g})"
-        return (f"rate_limited: tenant {req.tenant!r} token rate limit ({rl.tokens_per_s:g}/s, {scope}) admits "
-                f"this request in ~{wait:.1f}s > {limit:.1f}s (class {req.klass!r}); retry after "
-                f"~{wait - limit:.0f}s", wait - limit)
+        return (Reason(ReasonCode.RATE_LIMITED, f"tenant {req.tenant!r} token rate limit ({rl.tokens_per_s:g}/s, "
+                       f"{scope}) admits this request in ~{wait:.1f}s > {limit:.1f}s (class {req.klass!r}); "
+                       f"retry after ~{wait - limit:.0f}s"), wait - limit)
 
     def ratelimit_headers(self, tenant: str, retry_after: float) -> dict[str, str]:
         h = super().ratelimit_headers(tenant, retry_after)

@@ -70,6 +70,7 @@ import httpx
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
 from ..core.kv import BlockPool
+from ..core.reasons import CLIENT_CLOSED, Reason, ReasonCode
 from ..core.request import Status
 from ..sched.predictor import OnlinePredictor
 from ..sched.registry import make_policy
@@ -212,7 +213,7 @@ class Gateway(Service):
         while self.jobs and time.monotonic() < deadline:
             await asyncio.sleep(SHUTDOWN_POLL_S)
         for job in list(self.jobs.values()):
-            self.book.abort(job, "shutdown: the gateway is stopping (grace period over)")
+            self.book.abort(job, Reason(ReasonCode.SHUTDOWN, "the gateway is stopping (grace period over)"))
         end = time.monotonic() + ABORT_WAIT_S
         while self.jobs and time.monotonic() < end:
             await asyncio.sleep(0.01)
@@ -241,9 +242,9 @@ class Gateway(Service):
                 max_tokens = max(1, min(max_tokens, self.max_context - est))
         req = self.intake(g, est, max_tokens, now)
         if self.closing:
-            raise self.refuse(req, "shutting_down: the gateway is stopping", now, endpoint=g.kind)
+            raise self.refuse(req, Reason(ReasonCode.SHUTTING_DOWN, "the gateway is stopping"), now, endpoint=g.kind)
         if not any(b.up for b in self.backends):
-            raise self.refuse(req, f"no_backend: all {len(self.backends)} backends are down", now,
+            raise self.refuse(req, Reason(ReasonCode.NO_BACKEND, f"all {len(self.backends)} backends are down"), now,
                               retry_after=1.0, endpoint=g.kind)
         door = self.door_check(req, now)
         if door is not None:
@@ -260,7 +261,7 @@ class Gateway(Service):
         self.wake.set()
         return job
 
-    def cancel(self, job: Job, reason: str = "client_disconnected: the client closed the connection") -> None:
+    def cancel(self, job: Job, reason: Reason = CLIENT_CLOSED) -> None:
         self.book.abort(job, reason)
 
     # ------------------------------------------------------------------ metrics
