@@ -73,7 +73,7 @@ class PolicyBridge:
         self.last_step_s = self.step_started_s
         self.step_stats: tuple[int, int, list[Request]] = (0, 0, [])
         self.counts = {"arrived": 0, "rejected": 0, "expired": 0, "finished": 0, "held_back": 0, "work_conserving": 0,
-                       "preempted": 0}
+                       "preempted": 0, "urgent_preempted": 0}
 
     # -- arrival ----------------------------------------------------------------------
     def arrive(self, vreq) -> Request | None:
