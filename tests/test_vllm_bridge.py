@@ -159,7 +159,7 @@ def test_victim_ranks_follow_the_policy():
     b.before_step(running, 100)
     victim = max(running, key=lambda v: (v.priority, 0))       # vLLM's priority-mode rule
     reqs = [b.by_id[v.request_id] for v in running]
-    expected = b.policy.preemption.choose(reqs, clock.t, b.policy.overshare)
+    expected = b.policy.preemption.choose(reqs, clock.t, b.policy.urgency.overshare)
     assert victim.request_id == expected.request_id and victim.request_id.startswith("b")
     assert len({v.priority for v in running}) == len(running)
 

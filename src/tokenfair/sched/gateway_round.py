@@ -34,8 +34,8 @@ def begin_round(policy: Policy, now: float, last_round_s: float,
     if elapsed > 0:
         policy.on_step_end(now, elapsed)
         last_round_s = now
-    if tpot_estimate_s is not None and hasattr(policy, "step_ewma_s"):
-        policy.step_ewma_s = tpot_estimate_s     # type: ignore[attr-defined]
+    if tpot_estimate_s is not None:
+        policy.observe_step_time(tpot_estimate_s)
     return policy.expire(now), last_round_s
 
 

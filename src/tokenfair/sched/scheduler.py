@@ -39,6 +39,7 @@ from ..core.kv import BlockPool
 from ..core.reasons import Reason
 from ..core.request import Request, Status
 from .admit import Admitter
+from .arrival import arrive
 from .apply import Applier
 from .bulk import leading_decodes
 from .interface import SchedulerOutput, StepResult
@@ -92,13 +93,9 @@ class IterationScheduler:
 
     # -- intake -------------------------------------------------------------------------
     def add_request(self, req: Request, now: float) -> None:
-        req.predicted_output = self.predictor.predict(req)
-        reason = self.policy.on_arrival(req, now)
+        reason = arrive(self.policy, self.predictor, req, now)
         if reason is not None:
             self.applier.end(req, Status.REJECTED, reason, now)
-            return
-        req.status = Status.WAITING
-        self.policy.enqueue(req, now)
 
     def reject(self, req: Request, reason: Reason, now: float) -> None:
         """End a request refused at intake, before it ever entered the queue."""

@@ -10,9 +10,10 @@ their own (FIFO) order hardly matters and the gateway's order decides who is ser
 Policy.  A ``FairPolicy`` instance (``--policy``, default ``fair``) is driven through its
 hooks, without the iteration mechanics (there are no steps, KV blocks or chunks here):
 
-  arrival   ``on_arrival`` (bounded queue -> 429 ``queue_full``; predicted wait over the
-            class's max wait -> 429 ``overloaded``), the token-bucket door check
-            (429 ``rate_limited``), then ``enqueue``;
+  arrival   the token-bucket door check (429 ``rate_limited``), then the scheduler's own
+            arrival (``sched/arrival.arrive``): ``on_arrival`` (bounded queue -> 429
+            ``queue_full``; predicted wait over the class's max wait -> 429 ``overloaded``),
+            then ``enqueue``;
   dispatch  while some backend has room: ``pick`` (overdue / below-min-share / least
             virtual finish tag, best request inside the tenant by EDF + aging),
             ``can_admit`` (max_concurrency, token rate, slot reservations; a tenant that
@@ -72,6 +73,7 @@ from ..core.costmodel import Profile
 from ..core.kv import BlockPool
 from ..core.reasons import CLIENT_CLOSED, Reason, ReasonCode
 from ..core.request import Status
+from ..sched.arrival import arrive
 from ..sched.predictor import OnlinePredictor
 from ..sched.registry import make_policy
 from .jobs import GenRequest, Job, RecordSink
@@ -249,12 +251,9 @@ class Gateway(Service):
         door = self.door_check(req, now)
         if door is not None:
             raise self.refuse(req, door[0], now, retry_after=door[1], endpoint=g.kind)
-        req.predicted_output = self.predictor.predict(req)
-        reason = self.policy.on_arrival(req, now)
+        reason = arrive(self.policy, self.predictor, req, now)
         if reason is not None:
             raise self.refuse(req, reason, now, endpoint=g.kind)
-        req.status = Status.WAITING
-        self.policy.enqueue(req, now)
         job = GatewayJob(g, req)
         job.model = g.model or ""
         self.book.add(job)

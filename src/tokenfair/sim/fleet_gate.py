@@ -1,7 +1,8 @@
 """The fair gateway in front of a simulated fleet: ``tokenfair gateway``'s layers 1-3, run
 through the gateway's own dispatch code (``sched/gateway_round.py``).
 
-  arrival   ``on_arrival`` (429-style rejection) then ``enqueue`` into the gateway's policy;
+  arrival   ``sched/arrival.arrive``: ``on_arrival`` (429-style rejection) then ``enqueue``
+            into the gateway's policy;
   dispatch  a round (``begin_round`` + ``release_round``) at every arrival, every time a
             replica ends a request the gateway released, and at the policy's wake-up: while
             a replica has room in its window (``window`` requests released and not ended),
@@ -35,6 +36,7 @@ from ..core.costmodel import Profile
 from ..core.kv import BlockPool
 from ..core.reasons import Reason
 from ..core.request import Request, Status
+from ..sched import arrival
 from ..sched.gateway_round import begin_round, release_round
 from ..sched.predictor import OnlinePredictor
 from ..sched.registry import make_policy
@@ -71,13 +73,9 @@ class FleetGate:
 
     # -- arrival --------------------------------------------------------------------------------
     def arrive(self, req: Request, now: float) -> None:
-        req.predicted_output = self.predictor.predict(req)
-        reason = self.policy.on_arrival(req, now)
+        reason = arrival.arrive(self.policy, self.predictor, req, now)
         if reason is not None:
             self._end(req, Status.REJECTED, reason, now)
-            return
-        req.status = Status.WAITING
-        self.policy.enqueue(req, now)
 
     def _end(self, req: Request, status: Status, reason: Reason, now: float) -> None:
         req.status, req.end_reason, req.finish_s = status, reason, now
