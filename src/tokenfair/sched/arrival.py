@@ -9,12 +9,13 @@ and, in the HTTP service, the door (``Service.door_check``: ``rate_limited``).
 
 from __future__ import annotations
 
+from ..core.reasons import Reason
 from ..core.request import Request, Status
 from .policy import Policy
 from .predictor import Predictor
 
 
-def arrive(policy: Policy, predictor: Predictor, req: Request, now: float) -> str | None:
+def arrive(policy: Policy, predictor: Predictor, req: Request, now: float) -> Reason | None:
     """Predict ``req``'s output, ask ``policy`` (``on_arrival``: the tenant's bounded queue,
     the predicted wait against its class's max wait) and, accepted, enqueue it (WAITING).
     Returns the rejection reason (the caller ends ``req`` REJECTED with it), or None."""
