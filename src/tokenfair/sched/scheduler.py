@@ -36,7 +36,7 @@ from mypy_extensions import mypyc_attr
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
 from ..core.kv import BlockPool
-from ..core.reasons import Reason
+from ..core.reasons import NEVER_ADMITTED, Reason
 from ..core.request import Request, Status
 from .admit import Admitter
 from .arrival import arrive
@@ -192,6 +192,17 @@ class IterationScheduler:
     def policy_wakeup(self, now: float) -> float:
         """When a blocked waiting request may become admissible without an arrival."""
         return self.policy.next_wakeup(now)
+
+    def after_empty_step(self, now: float, next_arrival_s: float = float("inf")) -> float:
+        """A step that scheduled and preempted nothing: when this scheduler can next make
+        progress (the policy's next wake-up or ``next_arrival_s``, whichever comes first).
+        When that is never and nothing runs, the waiting requests can never be admitted:
+        they fail (``NEVER_ADMITTED``).  The simulator's run loop and serve's worker both
+        take their empty steps here."""
+        nxt = min(next_arrival_s, self.policy_wakeup(now))
+        if nxt == float("inf") and not self.running:
+            self.fail_waiting(NEVER_ADMITTED, now)
+        return nxt
 
     def fail_waiting(self, reason: Reason, now: float) -> None:
         while True:

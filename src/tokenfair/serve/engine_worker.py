@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import threading
 from typing import Any, Callable
 
-from ..core.reasons import NEVER_ADMITTED, Reason, ReasonCode
+from ..core.reasons import Reason, ReasonCode
 from ..core.request import Request, Status
 from ..sched.interface import StepResult
 from .engine_job import ServeJob, deliver
@@ -176,9 +175,7 @@ class EngineWorker:
             out = sched.schedule(now)
             if out.is_empty and not out.preempted:
                 self.forgets.extend(out.aborted)
-                wake = sched.policy_wakeup(now)
-                if not sched.running and wake == math.inf and sched.policy.num_waiting():
-                    sched.fail_waiting(NEVER_ADMITTED, now)
+                wake = sched.after_empty_step(now)       # arrivals wake the worker themselves
                 sleep = min(max(0.0, wake - now), IDLE_POLL_S)
                 out = None
         return out, sleep
