@@ -35,6 +35,7 @@ from ..core.costmodel import Profile
 from ..core.kv import BlockPool
 from ..core.request import Request, Status
 from ..sched.gateway_round import begin_round, release_round
+from ..sched.policy import end_each_waiting
 from ..sched.predictor import OnlinePredictor
 from ..sched.registry import make_policy
 from .replica import Replica
@@ -170,9 +171,4 @@ class FleetGate:
 
     def fail_waiting(self, reason: str, now: float) -> None:
         """Nothing can ever release what still waits: end it with ``reason``."""
-        while True:
-            req = self.policy.pick(now, set())
-            if req is None:
-                return
-            self.policy.take(req)
-            self._end(req, Status.FAILED, reason, now)
+        end_each_waiting(self.policy, now, lambda req: self._end(req, Status.FAILED, reason, now))
