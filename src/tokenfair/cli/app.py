@@ -3,6 +3,7 @@ place and the fix; nothing prints a traceback for a user error."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -183,34 +184,35 @@ def bench_sim_cmd(workload: str = typer.Argument("azure:conv"),
                        f"peak RSS {r['peak_rss_mb']:.0f} MB  core={r['core']}")
 
 
+# the commands and groups the other cli modules define, in the order ``--help`` lists them:
+# (the Typer it joins, its name, "module:attribute" in tokenfair.cli)
+_COMMANDS = (
+    (app, "compare", "compare:compare"), (app, "demo", "compare:demo"),
+    (app, "serve", "serve:serve"), (app, "gateway", "serve:gateway"), (app, "load", "serve:load"),
+    (app, "run", "engine:run"), (app, "calibrate", "engine:calibrate"), (app, "fidelity", "engine:fidelity"),
+    (app, "gate", "contracts:gate"), (app, "shadow", "shadow:shadow"), (app, "sweep", "shadow:sweep"),
+    (app, "fake-backend", "fleet:fake_backend"),
+    (contract_app, "apply", "contracts:contract_apply"), (contract_app, "history", "contracts:contract_history"),
+    (contract_app, "show", "contracts:contract_show"), (contract_app, "diff", "contracts:contract_diff"),
+    (contract_app, "rollback", "contracts:contract_rollback"), (contract_app, "push", "live:contract_push"),
+    (contract_app, "live", "live:contract_live"), (contract_app, "live-rollback", "live:contract_live_rollback"),
+    (bench_app, "engine", "engine:bench_engine"), (bench_app, "fleet", "fleet:bench_fleet"),
+    (bench_app, "fleet-latency", "fleet:bench_fleet_latency"), (bench_app, "vllm", "vllm:bench_vllm"),
+    (bench_app, "shedding", "shedding:bench_shedding_cmd"), (bench_app, "fleet-sim", "sim_fleet:bench_fleet_cmd"),
+)
+_GROUPS = ((app, "keys", "keys:keys_app"), (app, "fleet", "fleet:fleet_app"))
+
+
+def _cli_attribute(ref: str):
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), attr)
+
+
 def _register_optional() -> None:
-    from .compare import compare, demo
-    app.command("compare")(compare)
-    app.command("demo")(demo)
-    from .keys import keys_app
-    app.add_typer(keys_app, name="keys")
-    from .serve import gateway, load, serve
-    app.command("serve")(serve)
-    app.command("gateway")(gateway)
-    app.command("load")(load)
-    from .engine import bench_engine, calibrate, fidelity, run
-    app.command("run")(run)
-    app.command("calibrate")(calibrate)
-    app.command("fidelity")(fidelity)
-    bench_app.command("engine")(bench_engine)
-    from .contracts import register as register_contracts
-    register_contracts(app, contract_app)
-    from .fleet import bench_fleet, bench_fleet_latency, fake_backend, fleet_app
-    app.add_typer(fleet_app, name="fleet")
-    app.command("fake-backend")(fake_backend)
-    bench_app.command("fleet")(bench_fleet)
-    bench_app.command("fleet-latency")(bench_fleet_latency)
-    from .vllm import bench_vllm
-    bench_app.command("vllm")(bench_vllm)
-    from .shedding import bench_shedding_cmd
-    bench_app.command("shedding")(bench_shedding_cmd)
-    from .sim_fleet import bench_fleet_cmd
-    bench_app.command("fleet-sim")(bench_fleet_cmd)
+    for parent, name, ref in _COMMANDS:
+        parent.command(name)(_cli_attribute(ref))
+    for parent, name, ref in _GROUPS:
+        parent.add_typer(_cli_attribute(ref), name=name)
 
 
 _register_optional()

@@ -1,5 +1,6 @@
-"""The contract's life on the command line: ``contract apply/history/show/diff/rollback``,
-``gate``, ``shadow`` and ``sweep`` (registered on the app by :func:`register`).
+"""The contract's life on the command line: ``contract apply/history/show/diff/rollback`` and
+``gate`` here, ``shadow`` and ``sweep`` in :mod:`tokenfair.cli.shadow` (all registered on the
+app by :mod:`tokenfair.cli.app`).
 
 Bad input (a contract, a store, a trace, a thresholds or grid file) exits with status 2 and a
 message naming the place and the fix; ``gate`` and ``sweep`` exit 1 when a threshold is
@@ -16,22 +17,6 @@ import typer
 from .common import USER_ERRORS, error_message, fail, sim_inputs
 
 STORE_HELP = "contract store folder (plain files; keep it in git)"
-
-
-def register(app: typer.Typer, contract_app: typer.Typer) -> None:
-    contract_app.command("apply")(contract_apply)
-    contract_app.command("history")(contract_history)
-    contract_app.command("show")(contract_show)
-    contract_app.command("diff")(contract_diff)
-    contract_app.command("rollback")(contract_rollback)
-    from .live import contract_live, contract_live_rollback, contract_push
-    contract_app.command("push")(contract_push)
-    contract_app.command("live")(contract_live)
-    contract_app.command("live-rollback")(contract_live_rollback)
-    app.command("gate")(gate)
-    from .shadow import shadow, sweep
-    app.command("shadow")(shadow)
-    app.command("sweep")(sweep)
 
 
 def contract_apply(path: Path = typer.Argument(..., help="contract YAML with a version: label"),
