@@ -11,18 +11,10 @@ from typing import Optional
 
 import typer
 
-from .common import (
-    USER_ERRORS,
-    error_message,
-    fail,
-    report_skipped,
-    resolve_contract,
-    resolve_workload,
-    shape_workload,
-)
+from .common import USER_ERRORS, error_message, fail, report_skipped
 from .sim_fleet import fleet_config
+from .workload_options import Shaping, resolve_inputs, with_shaping_options
 from ..contracts.contract import ContractError, contract_schema, load_contract
-from ..core.costmodel import load_profile
 from ..workloads.scenarios import SCENARIOS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -45,6 +37,7 @@ def _main_options(version: bool = typer.Option(False, "--version", callback=_pri
     """Contract-driven fair scheduling for multi-tenant LLM serving."""
 
 @app.command()
+@with_shaping_options
 def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '.join(SCENARIOS)}) or trace path"),
              policy: str = typer.Option("fair", help="scheduling policy"),
              contract: Optional[Path] = typer.Option(None, help="contract YAML (default: the scenario's)"),
@@ -52,13 +45,7 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
              seed: int = typer.Option(0, help="seed for built-in scenarios and generators"),
              out: Path = typer.Option(..., help="output folder"),
              isolated: bool = typer.Option(True, help="also run isolated baselines for slowdown"),
-             skip_bad_rows: bool = typer.Option(False, help="count and skip unusable trace rows"),
-             start_s: Optional[float] = typer.Option(None, help="keep arrivals from this time (s)"),
-             end_s: Optional[float] = typer.Option(None, help="keep arrivals before this time (s)"),
-             rate_scale: Optional[float] = typer.Option(None, help="multiply the arrival rate"),
-             spread_tenants: Optional[int] = typer.Option(None, min=1, help="spread requests over N tenants"),
-             max_requests: Optional[int] = typer.Option(None, min=1, help="keep the first N requests"),
-            remap_tenants: Optional[Path] = typer.Option(None, help="YAML/JSON mapping old tenant -> new"),
+             shaping: Shaping = Shaping(),          # the options of SHAPING_OPTIONS
              replicas: Optional[int] = typer.Option(None, min=1, help="simulate a fleet of N engine replicas"),
              router: str = typer.Option("round-robin", help="fleet router: round-robin, least-loaded, kv-aware, "
                                                              "prefix-aware, locality"),
@@ -72,12 +59,7 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
     from ..runtime.output import summary_table, write_run
     from ..sim.simulate import simulate as run_sim
     try:
-        wl, default_contract = resolve_workload(workload, seed, skip_bad_rows=skip_bad_rows)
-        wl = shape_workload(wl, start_s=start_s, end_s=end_s, rate_scale=rate_scale,
-                            spread_tenants=spread_tenants, max_requests=max_requests, seed=seed,
-                            remap_tenants=remap_tenants)
-        c = resolve_contract(contract, default_contract)
-        prof = load_profile(profile)
+        wl, c, prof = resolve_inputs(workload, seed, shaping, contract, profile)
         from ..sched.registry import make_policy
         make_policy(policy)
         fleet = None if replicas is None else fleet_config(wl, c, prof, replicas, router, fleet_policy,
