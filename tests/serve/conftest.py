@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from concurrency import wait_until
 from tiny_model import make_tiny_llama
 
 KEYS = {"a": "key-a", "b": "key-b", "q": "key-q", "r": "key-r", "heavy": "key-heavy", "light": "key-light"}
@@ -47,15 +48,6 @@ def service_contract():
 
 def auth(tenant: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {KEYS[tenant]}"}
-
-
-def wait_until(cond, timeout_s: float = 10.0, every_s: float = 0.01) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(every_s)
-    return cond()
 
 
 def start_serve(model_dir: Path, contract=None, grace_s: float = 5.0, kv_tokens: int = 4096, **kw):

@@ -7,7 +7,7 @@ import json
 
 import httpx
 import pytest
-from concurrent_calls import call_at_once
+from concurrency import call_at_once
 
 from tokenfair.workloads.workload import TraceRow
 

@@ -8,7 +8,7 @@ import time
 
 import httpx
 import pytest
-from concurrent_calls import call_at_once
+from concurrency import call_at_once
 
 from tokenfair.serve.gateway import AdaptiveWindow, WindowConfig, normalize_backend_url
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import httpx
-from concurrent_calls import call_at_once
+from concurrency import call_at_once
 
 PROMPT = "Write one sentence about the sea."
 

@@ -1,8 +1,10 @@
-"""Calls made at once from threads, for the tests that load a service concurrently."""
+"""For the tests that drive a service from several threads: calls made at once, and waiting
+for a condition another thread makes true."""
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Callable, TypeVar
 
 T = TypeVar("T")
@@ -19,3 +21,14 @@ def call_at_once(call: Callable[[int], T], n: int, timeout_s: float) -> list[T]:
     for t in threads:
         t.join(timeout_s)
     return results
+
+
+def wait_until(cond: Callable[[], object], timeout_s: float = 10.0, every_s: float = 0.01) -> bool:
+    """Whether ``cond()`` became true within ``timeout_s``, checked every ``every_s`` (and once
+    more at the end)."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(every_s)
+    return bool(cond())
