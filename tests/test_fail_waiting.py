@@ -6,6 +6,7 @@ import pytest
 
 from tokenfair.contracts.contract import Contract
 from tokenfair.core.costmodel import load_profile
+from tokenfair.core.reasons import Reason, ReasonCode
 from tokenfair.core.request import Request, Status
 from tokenfair.sched.registry import make_policy
 from tokenfair.sched.scheduler import IterationScheduler
@@ -30,6 +31,8 @@ def test_fail_waiting_ends_every_waiting_request(make, policy: str) -> None:
     for r in reqs:
         add(r, r.arrival_s)
     assert owner.policy.num_waiting() == 7
-    owner.fail_waiting("unschedulable: test", 1.0)
+    reason = Reason(ReasonCode.UNSCHEDULABLE, "test")
+    owner.fail_waiting(reason, 1.0)
     assert owner.policy.num_waiting() == 0
-    assert [(r.status, r.reason, r.finish_s) for r in reqs] == [(Status.FAILED, "unschedulable: test", 1.0)] * 7
+    assert ([(r.status, r.end_reason, r.reason, r.finish_s) for r in reqs]
+            == [(Status.FAILED, reason, "unschedulable: test", 1.0)] * 7)

@@ -77,8 +77,10 @@ def assert_retry_after_honoured(service, url: str, key: str, monkeypatch) -> Non
     import httpx
     import openai
 
+    from tokenfair.core.reasons import Reason, ReasonCode
+
     door = service.door_check
-    refusals = [("rate_limited: tenant 'a' is over its token rate; retry after ~1s", 1.0)]
+    refusals = [(Reason(ReasonCode.RATE_LIMITED, "tenant 'a' is over its token rate; retry after ~1s"), 1.0)]
     monkeypatch.setattr(service, "door_check", lambda req, now: refusals.pop() if refusals else door(req, now))
     sent: list[float] = []
     answers: list[tuple[int, str | None]] = []

@@ -126,7 +126,7 @@ def test_models_listed_from_the_start_and_a_401_to_the_backend_key_is_down(h, ti
         with gst3:
             health = httpx.get(gst3.url + "/healthz")
             assert health.status_code == 503 and health.json()["backends_down"]
-            assert "rejects the gateway's --backend-key 401" in gw3.probe_states[gw3.backends[0].url].reason
+            assert "rejects the gateway's --backend-key 401" in gw3.prober.states[gw3.backends[0].url].reason
     finally:
         st.stop()
 

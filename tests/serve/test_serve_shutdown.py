@@ -60,13 +60,14 @@ def test_graceful_shutdown_ends_every_request(tiny_model_dir, h, monkeypatch):
     assert len({r["request_id"] for r in recs}) == len(recs) == 3
     assert {r["status"] for r in recs} <= {"finished", "failed", "rejected"}
     assert all(r["reason"] for r in recs)
-    assert not svc.jobs and not svc.thread.is_alive()
+    assert not svc.jobs and not svc.worker.thread.is_alive()
     assert svc.sched.pool.num_free == svc.sched.pool.num_blocks
 
 
 def test_tenant_labels_capped():
     from tokenfair.contracts.contract import parse_contract
-    from tokenfair.serve.metrics import OTHER, ServiceMetrics, TenantLabels, reason_code
+    from tokenfair.core.reasons import ReasonCode
+    from tokenfair.serve.metrics import OTHER, ServiceMetrics, TenantLabels
 
     c = parse_contract({"tenants": {"big": {"weight": 5}, "small": {"weight": 1}}})
     lab = TenantLabels(c, max_tenants=3)
@@ -74,12 +75,10 @@ def test_tenant_labels_capped():
     assert lab("new1") == "new1"
     assert lab("new2") == OTHER and lab("new3") == OTHER
     assert lab("new1") == "new1"
-    assert reason_code("queue_full: tenant 'x' has 3 queued") == "queue_full"
-    assert reason_code("Weird Reason!") == OTHER
     m = ServiceMetrics(c, max_tenants=2)
-    m.rejected("big", "queue_full: x")
+    m.rejected("big", ReasonCode.QUEUE_FULL)
     for i in range(50):
-        m.rejected(f"t{i}", "queue_full: x")
+        m.rejected(f"t{i}", ReasonCode.QUEUE_FULL)
     text = m.render().decode()
     tenants = {line.split('tenant="')[1].split('"')[0] for line in text.splitlines()
                if line.startswith("tokenfair_rejections_total{")}
@@ -106,11 +105,11 @@ class _CrashingScheduler:
 def test_worker_crash_fails_requests_never_hangs(tiny_model_dir, h, monkeypatch):
     svc, st = h.start_serve(tiny_model_dir)
     try:
-        monkeypatch.setattr(svc, "sched", _CrashingScheduler(svc.sched))
+        monkeypatch.setattr(svc.worker, "sched", _CrashingScheduler(svc.sched))
         r = httpx.post(st.url + "/v1/completions", headers=h.auth("a"), timeout=10,
                        json={"prompt": "x", "max_tokens": 3})
         assert r.status_code == 500 and r.json()["error"]["code"] == "engine_error"
-        assert h.wait_until(lambda: not svc.thread.is_alive(), 5)
+        assert h.wait_until(lambda: not svc.worker.thread.is_alive(), 5)
         r = httpx.post(st.url + "/v1/completions", headers=h.auth("a"), timeout=10,
                        json={"prompt": "x", "max_tokens": 3})
         assert r.status_code == 503 and r.json()["error"]["code"] == "no_backend"

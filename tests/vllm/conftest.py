@@ -45,7 +45,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def vllm_servers(tmp_path_factory):
     """{"stock": VllmServer, "plugin": VllmServer, "records": Path}, started together."""
-    from tokenfair.integrations.vllm_process import VllmServer
+    from tokenfair.integrations.vllm_process import VllmServer, compared_engine_cpu
     from tokenfair.serve.shutdown import free_port
 
     reuse = os.environ.get("TOKENFAIR_VLLM_REUSE")
@@ -58,11 +58,11 @@ def vllm_servers(tmp_path_factory):
     model = os.environ["TOKENFAIR_VLLM_MODEL"]
     logs = Path(os.environ.get("TOKENFAIR_VLLM_LOGS") or tmp_path_factory.mktemp("vllm-logs"))
     records = logs / "plugin-records.jsonl"
-    # each server's engine on its own CPU when there are two or more (side by side, the same burst)
-    binds = ("0", "1") if (os.cpu_count() or 1) >= 2 else (None, None)
-    stock = VllmServer(model, free_port(), logs / "stock.log", max_num_seqs=MAX_NUM_SEQS, cpu_bind=binds[0])
+    # both engines on the same CPU: the tests compare them, each running alone in turn
+    cpu = compared_engine_cpu()
+    stock = VllmServer(model, free_port(), logs / "stock.log", max_num_seqs=MAX_NUM_SEQS, cpu_bind=cpu)
     plugin = VllmServer(model, free_port(), logs / "plugin.log", contract=str(CONTRACT), records=str(records),
-                        max_num_seqs=MAX_NUM_SEQS, cpu_bind=binds[1])
+                        max_num_seqs=MAX_NUM_SEQS, cpu_bind=cpu)
     servers = [stock.start(), plugin.start()]
     try:
         for s in servers:

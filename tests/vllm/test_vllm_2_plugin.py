@@ -1,8 +1,8 @@
 """vLLM with the tokenfair scheduler vs stock vLLM (FCFS), the same burst on both, runs
 alternated: a light tenant arriving after two heavy tenants' burst, the heavy tenants
 weighted 2:1 (tests/vllm/contract.yaml); greedy outputs with and without the plugin.
-The machine is shared: both servers get the same burst at the same time (side by side),
-twice; throughput is compared as the median."""
+Each server runs the burst alone, in turn (stock, plugin; plugin, stock; stock, plugin),
+its engine on the same CPU as the other's; throughput is compared as the median."""
 
 from __future__ import annotations
 
@@ -11,23 +11,20 @@ import statistics
 import httpx
 import pytest
 
-from tokenfair.integrations.burst import TenantLoad, run_burst, run_side_by_side, summarize
+from tokenfair.integrations.burst import TenantLoad, run_burst, run_in_turn, summarize
 
 BURST = [TenantLoad("heavy_a", 18, 5, 32), TenantLoad("heavy_b", 18, 5, 32),
          TenantLoad("light", 3, 1, 8, start_s=4.0, spacing_s=1.0, klass="interactive")]
-RUNS = 2
+RUNS = 3
 HEAVY = ("heavy_a", "heavy_b")
 MAX_NUM_SEQS = 6            # as conftest starts both servers
 
 
 @pytest.fixture(scope="module")
 def burst_runs(vllm_servers):
-    runs: dict[str, list[dict]] = {"stock": [], "plugin": []}
-    urls = {name: vllm_servers[name].url for name in runs}
-    for _ in range(RUNS):
-        for name, results in run_side_by_side(urls, BURST).items():
-            runs[name].append(summarize(results, HEAVY, slots=MAX_NUM_SEQS))
-    return runs
+    urls = {name: vllm_servers[name].url for name in ("stock", "plugin")}
+    return {name: [summarize(results, HEAVY, slots=MAX_NUM_SEQS) for results in bursts]
+            for name, bursts in run_in_turn(urls, BURST, RUNS).items()}
 
 
 def _median(runs: list[dict], f) -> float:
@@ -66,9 +63,10 @@ def test_weighted_shares_while_backlogged(burst_runs):
         assert hi - lo > 2.0                           # a window long enough to mean something
 
 
-# The issue's target is 0.95x stock; side by side the plugin measures 0.86-0.92x on this
-# machine (docs/BENCHMARKS.md: with fair ordering the 6 slots no longer start and finish in
-# waves, so more steps carry a prefill).  Asserted: no worse than that, so a regression fails.
+# The issue's target is 0.95x stock; in turn the plugin measures 0.85-0.91x on this machine,
+# and about 1.0x with tokenfair's fifo policy inside it (docs/BENCHMARKS.md: the loss comes
+# from fair ordering, under which the 6 slots no longer start and finish in waves, so more
+# steps carry a prefill).  Asserted: no worse than that, so a regression fails.
 MIN_THROUGHPUT_RATIO = 0.80
 
 
@@ -112,3 +110,19 @@ def test_held_back_by_concurrency_quota_not_lost(vllm_servers):
     spans = sorted((r.first_token_s, r.token_s[-1]) for r in res)
     for (_, end), (start, _) in zip(spans, spans[1:]):
         assert start >= end - 0.05                          # never two at once
+
+
+def test_an_overdue_request_evicts_a_running_one(vllm_servers, vh):
+    """Six long requests fill the plugin's six slots; a request of class ``urgent``
+    (max_wait_s 0.5) arriving 1 s later starts once overdue, by evicting the policy's victim
+    through vLLM's own preemption (recomputed later, finished), instead of waiting for a slot
+    to free (as long as the long requests take)."""
+    res = run_burst(vllm_servers["plugin"].url, [TenantLoad("long", MAX_NUM_SEQS, 5, 160),
+                                                 TenantLoad("vip", 1, 1, 8, start_s=1.0, klass="urgent")])
+    assert [r.status for r in res] == ["finished"] * (MAX_NUM_SEQS + 1), [r.reason for r in res]
+    vip = next(r for r in res if r.tenant == "vip")
+    first_free = min(r.token_s[-1] for r in res if r.tenant == "long")     # a slot's natural end
+    assert vip.first_token_s < first_free, (vip.first_token_s, first_free)
+    recs = [r for r in vh.read_records(vllm_servers["records"]) if r["tenant"] in ("long", "vip")]
+    assert sum(r["preemptions"] for r in recs if r["tenant"] == "long") >= 1, recs
+    assert all(r["status"] == "finished" for r in recs) and len(recs) == MAX_NUM_SEQS + 1

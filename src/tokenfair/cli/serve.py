@@ -1,18 +1,22 @@
 """``tokenfair serve`` / ``gateway`` / ``load``: the HTTP service modes and the load generator.
 
 The lead registers these functions in ``cli.py`` (``app.command("serve")(serve)`` ...).
-User errors (bad contract, model path, URL, keys file, workload) exit with status 2 and a
+``serve`` and ``gateway`` take their options as one frozen dataclass each (``ServeOptions``,
+``GatewayOptions``; the options both share are ``ServiceOptions`` and ``HttpOptions``,
+declared once: :mod:`tokenfair.cli.options`).  User errors (bad contract, model path, URL, keys file, workload) exit with status 2 and a
 message, never a traceback.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Callable, List, Optional
 
 import typer
 
 from .common import USER_ERRORS, error_message, fail, resolve_contract, resolve_workload
+from .options import nested, option, options_command
 from ..serve.defaults import CLOSE_S, DEFAULT_GRACE_S, DEFAULT_MAX_BODY_BYTES
 
 
@@ -69,134 +73,178 @@ def _run_server(app, service, host: str, port: int, grace_s: float, log_level: s
     GracefulServer(config, service, grace_s).run()
 
 
-def serve(model: str = typer.Option("default", help="'default' (SmolLM2-135M GGUF), a .gguf file or an HF folder"),
-          contract: Optional[Path] = typer.Option(None, help="contract YAML (tenants, keys, classes)"),
-          port: int = typer.Option(8000, help="TCP port"),
-          host: str = typer.Option("127.0.0.1", help="bind address"),
-          threads: int = typer.Option(2, help="CPU threads for the model"),
-          policy: str = typer.Option("fair", help="scheduling policy (fair, fifo, ...)"),
-          kv_tokens: Optional[int] = typer.Option(None, help="KV cache capacity in tokens (default 16384)"),
-          block_size: int = typer.Option(16, help="KV block size in tokens"),
-          profile: Optional[str] = typer.Option(None, help="calibrated profile YAML for the policy's estimates"),
-          served_model_name: Optional[str] = typer.Option(None, help="model id reported by /v1/models"),
-          max_tokens_default: int = typer.Option(256, help="max_tokens for chat requests that give none"),
-          records: Optional[Path] = typer.Option(None, help="append one JSON line per ended request here"),
-          records_max_mb: Optional[float] = typer.Option(None, help="rotate the records file past this size (MB)"),
-          admin_key_sha256: Optional[str] = typer.Option(None, help="SHA-256 (hex) of the admin key for /admin/contract"),
-          contract_store: Optional[Path] = typer.Option(None, help=CONTRACT_STORE_HELP),
-          thresholds: Optional[Path] = typer.Option(None, help="thresholds YAML for canaries (default: built-in)"),
-          allow_anonymous: Optional[str] = typer.Option(None, help="tenant for requests WITHOUT a key (testing)"),
-          grace_s: float = typer.Option(DEFAULT_GRACE_S, help="shutdown grace period for in-flight requests (+5 s to close)"),
-          max_tenant_labels: int = typer.Option(20, help="tenant label values in /metrics before 'other'"),
-          seed: int = typer.Option(0, help="sampling seed source"),
-          max_body_bytes: int = typer.Option(DEFAULT_MAX_BODY_BYTES, help="largest request body (413 beyond it)"),
-          metrics_key_sha256: Optional[str] = typer.Option(None, help="digest of the key GET /metrics requires "
-                                                           "('tokenfair keys hash KEY'; default: open)"),
-          log_level: str = typer.Option("info", help="uvicorn log level")) -> None:
+@dataclass(frozen=True)
+class ServiceOptions:
+    """The records, live-contract, shutdown and label options of both service modes."""
+
+    records: Optional[Path] = option(None, "append one JSON line per ended request here")
+    records_max_mb: Optional[float] = option(None, "rotate the records file past this size (MB)")
+    admin_key_sha256: Optional[str] = option(None, "SHA-256 (hex) of the admin key for /admin/contract")
+    contract_store: Optional[Path] = option(None, CONTRACT_STORE_HELP)
+    thresholds: Optional[Path] = option(None, "thresholds YAML for canaries (default: built-in)")
+    allow_anonymous: Optional[str] = option(None, "tenant for requests WITHOUT a key (testing)")
+    grace_s: float = option(DEFAULT_GRACE_S, "shutdown grace period for in-flight requests (+5 s to close)")
+    max_tenant_labels: int = option(20, "tenant label values in /metrics before 'other'")
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """The request-size, /metrics access and log options of both service modes."""
+
+    max_body_bytes: int = option(DEFAULT_MAX_BODY_BYTES, "largest request body (413 beyond it)")
+    metrics_key_sha256: Optional[str] = option(None, "digest of the key GET /metrics requires "
+                                               "('tokenfair keys hash KEY'; default: open)")
+    log_level: str = option("info", "uvicorn log level")
+
+
+def _records(opts: ServiceOptions):
+    from ..serve.records_sink import make_record_sink
+    return make_record_sink(opts.records, opts.records_max_mb)
+
+
+def _configure(svc, contract: Optional[Path], opts: ServiceOptions, http: HttpOptions) -> None:
+    """The body limit, the /metrics key and live contract changes of a built service."""
+    svc.max_body_bytes = _positive("--max-body-bytes", http.max_body_bytes)
+    svc.metrics_key_sha256 = _digest("--metrics-key-sha256", http.metrics_key_sha256)
+    _live(svc, contract, opts.admin_key_sha256, opts.thresholds, opts.contract_store)
+
+
+def _start(build: Callable[[], tuple[Any, str]], opts: ServeOptions | GatewayOptions) -> None:
+    """``build()`` -> (service, banner); configure it, print the banner, serve until stopped.
+    A user error (bad contract, option, path) exits with status 2 and a message."""
+    from ..serve.app import create_app
+    try:
+        svc, banner = build()
+        _configure(svc, opts.contract, opts.service, opts.http)
+    except (*USER_ERRORS, OSError) as err:
+        fail(error_message(err))
+    typer.echo(banner, err=True)
+    grace_s = opts.service.grace_s
+    _run_server(create_app(svc, grace_s), svc, opts.host, opts.port, grace_s, opts.http.log_level)
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """``tokenfair serve``'s options, in --help order."""
+
+    model: str = option("default", "'default' (SmolLM2-135M GGUF), a .gguf file or an HF folder")
+    contract: Optional[Path] = option(None, "contract YAML (tenants, keys, classes)")
+    port: int = option(8000, "TCP port")
+    host: str = option("127.0.0.1", "bind address")
+    threads: int = option(2, "CPU threads for the model")
+    policy: str = option("fair", "scheduling policy (fair, fifo, ...)")
+    kv_tokens: Optional[int] = option(None, "KV cache capacity in tokens (default 16384)")
+    block_size: int = option(16, "KV block size in tokens")
+    profile: Optional[str] = option(None, "calibrated profile YAML for the policy's estimates")
+    served_model_name: Optional[str] = option(None, "model id reported by /v1/models")
+    max_tokens_default: int = option(256, "max_tokens for chat requests that give none")
+    service: ServiceOptions = nested(ServiceOptions)
+    seed: int = option(0, "sampling seed source")
+    http: HttpOptions = nested(HttpOptions)
+
+
+@options_command(ServeOptions)
+def serve(opts: ServeOptions) -> None:
     """Serve a model with the fair scheduler behind an OpenAI-compatible HTTP API."""
+    _start(lambda: _build_serve(opts), opts)
+
+
+def _build_serve(o: ServeOptions):
+    """(the engine service, its start-up line)."""
     from ..core.costmodel import load_profile
-    from ..serve.app import create_app
     from ..serve.engine_backend import build_engine_service
-    from ..serve.records_sink import make_record_sink
-    try:
-        c = resolve_contract(contract, None)
-        ring = _keyring(c, allow_anonymous)
-        prof = load_profile(profile) if profile is not None else None
-        if threads <= 0 or block_size <= 0 or (kv_tokens is not None and kv_tokens < block_size):
-            raise ValueError("threads and block_size must be > 0 and kv_tokens >= block_size")
-        svc = build_engine_service(model, c, ring, threads=threads, kv_tokens=kv_tokens, block_size=block_size,
-                                   policy=policy, profile=prof, served_model=served_model_name,
-                                   max_tokens_default=max_tokens_default,
-                                   records=make_record_sink(records, records_max_mb),
-                                   seed=seed, max_tenant_labels=max_tenant_labels)
-        svc.max_body_bytes = _positive("--max-body-bytes", max_body_bytes)
-        svc.metrics_key_sha256 = _digest("--metrics-key-sha256", metrics_key_sha256)
-        _live(svc, contract, admin_key_sha256, thresholds, contract_store)
-    except (*USER_ERRORS, OSError) as err:
-        fail(error_message(err))
-    typer.echo(f"serving {svc.served_model} on http://{host}:{port}/v1 (policy {policy}, "
-               f"KV {svc.capacity_tokens} tokens, contract {c.version}@{c.content_hash})", err=True)
-    _run_server(create_app(svc, grace_s), svc, host, port, grace_s, log_level)
+    c = resolve_contract(o.contract, None)
+    ring = _keyring(c, o.service.allow_anonymous)
+    prof = load_profile(o.profile) if o.profile is not None else None
+    if o.threads <= 0 or o.block_size <= 0 or (o.kv_tokens is not None and o.kv_tokens < o.block_size):
+        raise ValueError("threads and block_size must be > 0 and kv_tokens >= block_size")
+    svc = build_engine_service(o.model, c, ring, threads=o.threads, kv_tokens=o.kv_tokens, block_size=o.block_size,
+                               policy=o.policy, profile=prof, served_model=o.served_model_name,
+                               max_tokens_default=o.max_tokens_default, records=_records(o.service), seed=o.seed,
+                               max_tenant_labels=o.service.max_tenant_labels)
+    return svc, (f"serving {svc.served_model} on http://{o.host}:{o.port}/v1 (policy {o.policy}, "
+                 f"KV {svc.capacity_tokens} tokens, contract {c.version}@{c.content_hash})")
 
 
-def gateway(backend: List[str] = typer.Option(..., help="OpenAI-compatible backend base URL (repeat)"),
-            contract: Optional[Path] = typer.Option(None, help="contract YAML (tenants, keys, classes)"),
-            port: int = typer.Option(8080, help="TCP port"),
-            host: str = typer.Option("127.0.0.1", help="bind address"),
-            policy: str = typer.Option("fair", help="scheduling policy for the gateway queue"),
-            backend_key: Optional[str] = typer.Option(None, help="API key for the backends (default: forward the client's)"),
-            initial_window: float = typer.Option(2.0, help="initial per-backend concurrency window"),
-            max_window: float = typer.Option(256.0, help="largest per-backend window"),
-            min_window: float = typer.Option(1.0, help="smallest per-backend window"),
-            ttft_tolerance: float = typer.Option(2.0, help="TTFT over tolerance x baseline (+slack) shrinks the window"),
-            window_mode: str = typer.Option("saturation", "--window", help="'saturation' (the backend's /metrics "
-                                            "queue and KV usage; TTFT when it has none) or 'latency' (TTFT only)"),
-            backend_priority: bool = typer.Option(False, help="send vLLM `priority` from the class (backends run "
-                                                  "--scheduling-policy priority or the tokenfair scheduler)"),
-            max_inflight_tokens: Optional[int] = typer.Option(None, help="cap on predicted tokens in flight per backend"),
-            max_context: Optional[int] = typer.Option(None, help="backends' context length (400 context_length_exceeded beyond it)"),
-            records: Optional[Path] = typer.Option(None, help="append one JSON line per ended request here"),
-            records_max_mb: Optional[float] = typer.Option(None, help="rotate the records file past this size (MB)"),
-            admin_key_sha256: Optional[str] = typer.Option(None, help="SHA-256 (hex) of the admin key for /admin/contract"),
-            contract_store: Optional[Path] = typer.Option(None, help=CONTRACT_STORE_HELP),
-            thresholds: Optional[Path] = typer.Option(None, help="thresholds YAML for canaries (default: built-in)"),
-            allow_anonymous: Optional[str] = typer.Option(None, help="tenant for requests WITHOUT a key (testing)"),
-            grace_s: float = typer.Option(DEFAULT_GRACE_S, help="shutdown grace period for in-flight requests (+5 s to close)"),
-            max_tenant_labels: int = typer.Option(20, help="tenant label values in /metrics before 'other'"),
-            connect_timeout_s: float = typer.Option(3.0, help="seconds to connect to a backend"),
-            first_token_timeout_s: float = typer.Option(120.0, help="seconds from release to a backend's first token"),
-            inter_chunk_timeout_s: float = typer.Option(30.0, help="seconds between a backend's streamed chunks"),
-            probe_interval_s: float = typer.Option(1.0, help="seconds between health probes of each backend"),
-            probe_timeout_s: float = typer.Option(1.5, help="a probe unanswered this long has failed"),
-            probe_failures_down: int = typer.Option(2, help="failed probes in a row that mark a backend down"),
-            max_body_bytes: int = typer.Option(DEFAULT_MAX_BODY_BYTES, help="largest request body (413 beyond it)"),
-            metrics_key_sha256: Optional[str] = typer.Option(None, help="digest of the key GET /metrics requires "
-                                                             "('tokenfair keys hash KEY'; default: open)"),
-            log_level: str = typer.Option("info", help="uvicorn log level"),
-            redis: Optional[str] = typer.Option(None, help="Redis URL: share tenant state with the fleet's other gateways"),
-            fleet: str = typer.Option("default", help="fleet name (the Redis key prefix) with --redis"),
-            gateway_id: Optional[str] = typer.Option(None, help="this replica's id in the fleet (default host:port)"),
-            lease_ttl: float = typer.Option(5.0, help="with --redis: a dead replica's capacity returns after this (s)"),
-            heartbeat: float = typer.Option(0.25, help="with --redis: heartbeat interval (s)"),
-            redis_timeout: float = typer.Option(0.25, help="with --redis: a slower call counts as Redis down (s)")) -> None:
-    """Fair-queueing gateway in front of OpenAI-compatible backends (adaptive windows)."""
-    from ..serve.app import create_app
-    from ..serve.gateway import Gateway, WindowConfig
+@dataclass(frozen=True)
+class GatewayOptions:
+    """``tokenfair gateway``'s options, in --help order."""
+
+    backend: List[str] = option(..., "OpenAI-compatible backend base URL (repeat)")
+    contract: Optional[Path] = option(None, "contract YAML (tenants, keys, classes)")
+    port: int = option(8080, "TCP port")
+    host: str = option("127.0.0.1", "bind address")
+    policy: str = option("fair", "scheduling policy for the gateway queue")
+    backend_key: Optional[str] = option(None, "API key for the backends (default: forward the client's)")
+    initial_window: float = option(2.0, "initial per-backend concurrency window")
+    max_window: float = option(256.0, "largest per-backend window")
+    min_window: float = option(1.0, "smallest per-backend window")
+    ttft_tolerance: float = option(2.0, "TTFT over tolerance x baseline (+slack) shrinks the window")
+    window_mode: str = option("saturation", "'saturation' (the backend's /metrics queue and KV usage; TTFT "
+                              "when it has none) or 'latency' (TTFT only)", "--window")
+    backend_priority: bool = option(False, "send vLLM `priority` from the class (backends run "
+                                    "--scheduling-policy priority or the tokenfair scheduler)")
+    max_inflight_tokens: Optional[int] = option(None, "cap on predicted tokens in flight per backend")
+    max_context: Optional[int] = option(None, "backends' context length (400 context_length_exceeded beyond it)")
+    service: ServiceOptions = nested(ServiceOptions)
+    connect_timeout_s: float = option(3.0, "seconds to connect to a backend")
+    first_token_timeout_s: float = option(120.0, "seconds from release to a backend's first token")
+    inter_chunk_timeout_s: float = option(30.0, "seconds between a backend's streamed chunks")
+    probe_interval_s: float = option(1.0, "seconds between health probes of each backend")
+    probe_timeout_s: float = option(1.5, "a probe unanswered this long has failed")
+    probe_failures_down: int = option(2, "failed probes in a row that mark a backend down")
+    http: HttpOptions = nested(HttpOptions)
+    redis: Optional[str] = option(None, "Redis URL: share tenant state with the fleet's other gateways")
+    fleet: str = option("default", "fleet name (the Redis key prefix) with --redis")
+    gateway_id: Optional[str] = option(None, "this replica's id in the fleet (default host:port)")
+    lease_ttl: float = option(5.0, "with --redis: a dead replica's capacity returns after this (s)")
+    heartbeat: float = option(0.25, "with --redis: heartbeat interval (s)")
+    redis_timeout: float = option(0.25, "with --redis: a slower call counts as Redis down (s)")
+
+
+def _gateway_kwargs(o: GatewayOptions) -> dict:
+    """The Gateway's keyword arguments from the options (a bad value is a ValueError naming it)."""
+    from ..sched.registry import make_policy
+    from ..serve.gateway import WindowConfig
     from ..serve.gateway_health import HealthConfig
-    from ..serve.records_sink import make_record_sink
     from ..serve.saturation import SaturationConfig
-    try:
-        c = resolve_contract(contract, None)
-        ring = _keyring(c, allow_anonymous)
-        if not (0 < min_window <= initial_window <= max_window):
-            raise ValueError("windows must satisfy 0 < min_window <= initial_window <= max_window")
-        win = WindowConfig(initial=initial_window, min=min_window, max=max_window, tolerance=ttft_tolerance,
-                           max_inflight_tokens=max_inflight_tokens)
-        from ..sched.registry import make_policy
-        make_policy(policy)
-        health = HealthConfig.from_options(connect_timeout_s=connect_timeout_s, first_token_timeout_s=first_token_timeout_s,
-                              inter_chunk_timeout_s=inter_chunk_timeout_s, probe_interval_s=probe_interval_s,
-                              probe_timeout_s=probe_timeout_s, probe_failures_down=probe_failures_down)
-        if window_mode not in ("saturation", "latency"):
-            raise ValueError(f"--window: expected 'saturation' or 'latency', got {window_mode!r}")
-        sat = SaturationConfig() if window_mode == "saturation" else None
-        kw = dict(policy=policy, backend_key=backend_key, window=win, max_context=max_context,
-                  records=make_record_sink(records, records_max_mb), max_tenant_labels=max_tenant_labels,
-                  health=health, backend_priority=backend_priority, saturation=sat)
-        if redis is None:
-            gw = Gateway(c, ring, list(backend), **kw)
-        else:
-            from ..fleet.gateway import fleet_gateway
-            gw = fleet_gateway(c, ring, list(backend), redis, fleet, gateway_id or f"{host}:{port}",
-                               lease_ttl_s=lease_ttl, heartbeat_s=heartbeat, timeout_s=redis_timeout, **kw)
-        gw.max_body_bytes = _positive("--max-body-bytes", max_body_bytes)
-        gw.metrics_key_sha256 = _digest("--metrics-key-sha256", metrics_key_sha256)
-        _live(gw, contract, admin_key_sha256, thresholds, contract_store)
-    except (*USER_ERRORS, OSError) as err:
-        fail(error_message(err))
-    typer.echo(f"gateway on http://{host}:{port}/v1 -> {', '.join(b.url for b in gw.backends)} (policy {policy})",
-               err=True)
-    _run_server(create_app(gw, grace_s), gw, host, port, grace_s, log_level)
+    if not (0 < o.min_window <= o.initial_window <= o.max_window):
+        raise ValueError("windows must satisfy 0 < min_window <= initial_window <= max_window")
+    win = WindowConfig(initial=o.initial_window, min=o.min_window, max=o.max_window, tolerance=o.ttft_tolerance,
+                       max_inflight_tokens=o.max_inflight_tokens)
+    make_policy(o.policy)
+    health = HealthConfig.from_options(connect_timeout_s=o.connect_timeout_s,
+                                       first_token_timeout_s=o.first_token_timeout_s,
+                                       inter_chunk_timeout_s=o.inter_chunk_timeout_s,
+                                       probe_interval_s=o.probe_interval_s, probe_timeout_s=o.probe_timeout_s,
+                                       probe_failures_down=o.probe_failures_down)
+    if o.window_mode not in ("saturation", "latency"):
+        raise ValueError(f"--window: expected 'saturation' or 'latency', got {o.window_mode!r}")
+    sat = SaturationConfig() if o.window_mode == "saturation" else None
+    return dict(policy=o.policy, backend_key=o.backend_key, window=win, max_context=o.max_context,
+                records=_records(o.service), max_tenant_labels=o.service.max_tenant_labels,
+                health=health, backend_priority=o.backend_priority, saturation=sat)
+
+
+def _build_gateway(o: GatewayOptions):
+    """(a Gateway, or a fleet replica with ``--redis``; its start-up line)."""
+    from ..serve.gateway import Gateway
+    c = resolve_contract(o.contract, None)
+    ring = _keyring(c, o.service.allow_anonymous)
+    kw = _gateway_kwargs(o)
+    if o.redis is None:
+        gw = Gateway(c, ring, list(o.backend), **kw)
+    else:
+        from ..fleet.gateway import fleet_gateway
+        gw = fleet_gateway(c, ring, list(o.backend), o.redis, o.fleet, o.gateway_id or f"{o.host}:{o.port}",
+                           lease_ttl_s=o.lease_ttl, heartbeat_s=o.heartbeat, timeout_s=o.redis_timeout, **kw)
+    return gw, f"gateway on http://{o.host}:{o.port}/v1 -> {', '.join(b.url for b in gw.backends)} (policy {o.policy})"
+
+
+@options_command(GatewayOptions)
+def gateway(opts: GatewayOptions) -> None:
+    """Fair-queueing gateway in front of OpenAI-compatible backends (adaptive windows)."""
+    _start(lambda: _build_gateway(opts), opts)
 
 
 def load(workload: str = typer.Argument(..., help="built-in scenario or trace path"),

@@ -18,7 +18,7 @@ def bench_vllm(model: Path = typer.Option(..., help="Hugging Face model folder (
                part: str = typer.Option("gateway,plugin", help="which comparisons: gateway, plugin"),
                out: Path = typer.Option(None, help="write the JSON result here too")) -> None:
     """Gateway vs direct (16 streams; light tenant under a heavy burst) and the tokenfair
-    scheduler vs stock vLLM (heavy burst + light tenant), side by side, medians."""
+    scheduler vs stock vLLM (heavy burst + light tenant), each alone in turn, medians."""
     if not (model / "config.json").exists():
         fail(f"--model {model}: not a Hugging Face model folder (run scripts/vllm-setup.sh)")
     if repeats < 1 or streams < 1 or per_stream < 1:

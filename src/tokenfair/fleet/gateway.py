@@ -33,6 +33,7 @@ import asyncio
 import time
 from dataclasses import dataclass, fields
 
+from ..core.reasons import Reason, ReasonCode
 from ..core.request import Status
 from ..serve.gateway import Gateway
 from ..serve.gateway_backend import GatewayJob
@@ -58,7 +59,8 @@ class FleetGateway(Gateway):
     def __init__(self, *args, fleet: FleetClient, **kw) -> None:
         super().__init__(*args, **kw)
         self.fleet = fleet
-        self.backends = [FleetBackend(**{f.name: getattr(b, f.name) for f in fields(b)}) for b in self.backends]
+        # in place: the gateway's parts (dispatcher, prober, job book) hold this list
+        self.backends[:] = [FleetBackend(**{f.name: getattr(b, f.name) for f in fields(b)}) for b in self.backends]
         self.by_name = {b.name: b for b in self.backends}
         self._task_asks: dict[asyncio.Task, DispatchAsk] = {}
         costs = self.contract.costs
@@ -125,12 +127,13 @@ class FleetGateway(Gateway):
 
     async def _round(self) -> None:
         now = self.now()
-        self._round_start(now)
+        dispatcher = self.dispatcher
+        dispatcher.round_start(now)
         self._sync_tags()
         blocked: set[str] = set()
         misses = 0
         retry_s = IDLE_POLL_S
-        while misses <= len(self.backends) and (nxt := self._next_release(now, blocked)) is not None:
+        while misses <= len(self.backends) and (nxt := dispatcher.next_release(now, blocked)) is not None:
             if not nxt:
                 continue
             cand, b, tokens = nxt
@@ -152,11 +155,11 @@ class FleetGateway(Gateway):
                         retry_s = min(retry_s, ans.retry_s)
                 self._sync_tags()
                 continue
-            task = self._release(cand, b, tokens, now)
+            task = dispatcher.release(cand, b, tokens, now)
             self._task_asks[task] = ask
             self._sync_tags()
-        self._set_sleep(now)
-        self._sleep = max(0.001, min(self._sleep, retry_s))   # a fleet bucket refills then
+        dispatcher.set_sleep(now)
+        dispatcher.sleep_s = max(0.001, min(dispatcher.sleep_s, retry_s))   # a fleet bucket refills then
 
     def _proxy_done(self, job: GatewayJob, b: Backend, tokens: int, task: asyncio.Task) -> None:
         super()._proxy_done(job, b, tokens, task)
@@ -187,9 +190,9 @@ class FleetGateway(Gateway):
         if wait <= limit:
             return None
         scope = "fleet-wide" if self.fleet.healthy else f"this gateway's share ({self.fleet.local.share:.2g})"
-        return (f"rate_limited: tenant {req.tenant!r} token rate limit ({rl.tokens_per_s:g}/s, {scope}) admits "
-                f"this request in ~{wait:.1f}s > {limit:.1f}s (class {req.klass!r}); retry after "
-                f"~{wait - limit:.0f}s", wait - limit)
+        return (Reason(ReasonCode.RATE_LIMITED, f"tenant {req.tenant!r} token rate limit ({rl.tokens_per_s:g}/s, "
+                       f"{scope}) admits this request in ~{wait:.1f}s > {limit:.1f}s (class {req.klass!r}); "
+                       f"retry after ~{wait - limit:.0f}s"), wait - limit)
 
     def ratelimit_headers(self, tenant: str, retry_after: float) -> dict[str, str]:
         h = super().ratelimit_headers(tenant, retry_after)

@@ -118,15 +118,19 @@ def run_burst(url: str, loads: list[TenantLoad], model: str = "smollm2",
     return asyncio.run(run_burst_async(url, loads, model, keys))
 
 
-def run_side_by_side(urls: dict[str, str], loads: list[TenantLoad], model: str = "smollm2",
-                     keys: dict[str, dict[str, str] | None] | None = None) -> dict[str, list[Result]]:
-    """The same workload on several servers at the same time (one event loop), so every
-    side sees the same load from the machine's other work: on a shared machine a fairer
-    comparison than one after the other.  ``keys``: per server name, or none."""
-    async def run() -> list[list[Result]]:
-        return list(await asyncio.gather(*(run_burst_async(u, loads, model, (keys or {}).get(name))
-                                           for name, u in urls.items())))
-    return dict(zip(urls, asyncio.run(run())))
+def run_in_turn(urls: dict[str, str], loads: list[TenantLoad], rounds: int, model: str = "smollm2",
+                keys: dict[str, dict[str, str] | None] | None = None) -> dict[str, list[list[Result]]]:
+    """The same workload on each server alone, one after the other, ``rounds`` times, the order
+    reversed every other round (A B, B A, ...), so a drift in the machine's other load falls on
+    both sides alike.  Each server has the machine to itself while it runs: two servers side
+    by side share its CPUs unevenly (each one's API process, tokenizer and engine compete with
+    the other's).  ``keys``: per server name, or none."""
+    out: dict[str, list[list[Result]]] = {name: [] for name in urls}
+    names = list(urls)
+    for i in range(rounds):
+        for name in (names if i % 2 == 0 else names[::-1]):
+            out[name].append(run_burst(urls[name], loads, model, (keys or {}).get(name)))
+    return out
 
 
 def percentile(values: list[float], q: float) -> float:

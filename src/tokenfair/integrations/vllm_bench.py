@@ -1,4 +1,4 @@
-"""``tokenfair bench vllm``: real vLLM with and behind tokenfair, side by side in one run.
+"""``tokenfair bench vllm``: real vLLM with and behind tokenfair, compared in one run.
 
 1. *gateway vs direct*: ``streams`` closed-loop streams (each sends its next request when
    the previous one ends) to stock vLLM directly and through the gateway (saturation
@@ -6,7 +6,8 @@
    directly and through the gateway: per tenant TTFT.
 2. *plugin vs stock*: the heavy-burst + light-tenant workload (two heavy tenants weighted
    2:1, tests/vllm/contract.yaml) on vLLM with the tokenfair scheduler and on stock vLLM
-   (both ``--max-num-seqs 6``) at the same time, ``repeats`` times: throughput, per-tenant
+   (both ``--max-num-seqs 6``, both engines on the same CPU), each alone in turn (A B, B A,
+   ...), ``repeats`` times: throughput, per-tenant
    TTFT, the heavy tenants' shares while both were backlogged.
 
 Medians over the repeats; every failure is counted next to the throughput.  Servers listen
@@ -20,7 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
-from .burst import Result, TenantLoad, percentile, run_burst, run_side_by_side, summarize
+from .burst import Result, TenantLoad, percentile, run_burst, run_in_turn, summarize
 
 HEAVY = ("heavy_a", "heavy_b")
 PLUGIN_SLOTS = 6            # --max-num-seqs of the plugin-vs-stock pair: bursts queue in vLLM
@@ -74,14 +75,15 @@ PARTS = ("gateway", "plugin")
 def bench_vllm(model_dir: str, logs: Path, repeats: int = 3, streams: int = 16, per_stream: int = 3,
                parts: tuple[str, ...] = PARTS) -> dict:
     from ..serve.shutdown import free_port
-    from .vllm_process import VllmServer
+    from .vllm_process import VllmServer, compared_engine_cpu
 
     contract = str(Path(__file__).resolve().parents[3] / "tests" / "vllm" / "contract.yaml")
     logs.mkdir(parents=True, exist_ok=True)
     stock = VllmServer(model_dir, free_port(), logs / "stock.log")
-    stock6 = VllmServer(model_dir, free_port(), logs / "stock6.log", max_num_seqs=PLUGIN_SLOTS)
+    cpu = compared_engine_cpu()
+    stock6 = VllmServer(model_dir, free_port(), logs / "stock6.log", max_num_seqs=PLUGIN_SLOTS, cpu_bind=cpu)
     plugin6 = VllmServer(model_dir, free_port(), logs / "plugin6.log", contract=contract,
-                         records=str(logs / "plugin-records.jsonl"), max_num_seqs=PLUGIN_SLOTS)
+                         records=str(logs / "plugin-records.jsonl"), max_num_seqs=PLUGIN_SLOTS, cpu_bind=cpu)
     servers = ([stock] if "gateway" in parts else []) + ([stock6, plugin6] if "plugin" in parts else [])
     for s in servers:
         s.start()
@@ -128,9 +130,8 @@ def _gateway_vs_direct(stock, contract: str, repeats: int, streams: int, per_str
 
 def _plugin_vs_stock(plugin, stock, repeats: int) -> dict:
     runs: dict[str, list[dict]] = {"stock": [], "plugin": []}
-    for _ in range(repeats):                 # both at the same time: the same machine load
-        for name, results in run_side_by_side({"stock": stock.url, "plugin": plugin.url}, burst_workload(2)).items():
-            runs[name].append(summarize(results, HEAVY, slots=PLUGIN_SLOTS))
+    for name, bursts in run_in_turn({"stock": stock.url, "plugin": plugin.url}, burst_workload(2), repeats).items():
+        runs[name] = [summarize(results, HEAVY, slots=PLUGIN_SLOTS) for results in bursts]
     res: dict = {}
     for name, rows in runs.items():
         per = {t: {"ttft_p50_s": _median_of(rows, ("tenants", t, "ttft_p50_s")),

@@ -23,6 +23,14 @@ START_TIMEOUT_S = 420.0          # 25-40 s on an idle 2-core machine; far more o
 STOP_GRACE_S = 20.0
 
 
+def compared_engine_cpu() -> str | None:
+    """The CPU for the engines of servers compared with each other (run one at a time, see
+    ``burst.run_in_turn``): the same one for all, the last, leaving the others to the API
+    processes and the load generator; None (vLLM's own binding) on a one-CPU machine."""
+    n = os.cpu_count() or 1
+    return str(n - 1) if n >= 2 else None
+
+
 @dataclass
 class VllmServer:
     model_dir: str
@@ -32,9 +40,8 @@ class VllmServer:
     records: str | None = None             # tokenfair_records (plugin only)
     max_num_seqs: int | None = None
     extra_args: list[str] = field(default_factory=list)
-    # VLLM_CPU_OMP_THREADS_BIND, e.g. "1": the engine's threads on these CPUs.  vLLM's "auto"
-    # binds every server on a 2-CPU machine to CPU 0, so two servers side by side would share
-    # one CPU unevenly; the tests give each server its own
+    # VLLM_CPU_OMP_THREADS_BIND, e.g. "1": the engine's threads on these CPUs (None: vLLM's
+    # "auto", which on a 2-CPU machine binds every server's engine to CPU 0)
     cpu_bind: str | None = None
     python: str = sys.executable
     proc: subprocess.Popen | None = None

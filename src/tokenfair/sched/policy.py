@@ -15,6 +15,7 @@ from mypy_extensions import mypyc_attr
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
 from ..core.kv import BlockPool
+from ..core.reasons import Reason
 from ..core.request import Request
 from .predictor import Predictor
 
@@ -84,7 +85,7 @@ class Policy:
         return self.supports_fast_forward
 
     # -- waiting queue ---------------------------------------------------------------
-    def on_arrival(self, req: Request, now: float) -> str | None:
+    def on_arrival(self, req: Request, now: float) -> Reason | None:
         """Reject reason for a new request, or None to accept it (then it is enqueued)."""
         return None
 
@@ -194,7 +195,7 @@ class Policy:
         """Earliest time a blocked candidate may become admissible (rate limits); inf: never."""
         return float("inf")
 
-    def expire(self, now: float) -> list[tuple[Request, str]]:
+    def expire(self, now: float) -> list[tuple[Request, Reason]]:
         """Waiting requests that can no longer meet their deadline (removed from the queue)."""
         return []
 

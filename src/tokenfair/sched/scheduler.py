@@ -36,6 +36,7 @@ from mypy_extensions import mypyc_attr
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
 from ..core.kv import BlockPool
+from ..core.reasons import Reason
 from ..core.request import Request, Status
 from .admit import Admitter
 from .apply import Applier
@@ -99,7 +100,7 @@ class IterationScheduler:
         req.status = Status.WAITING
         self.policy.enqueue(req, now)
 
-    def reject(self, req: Request, reason: str, now: float) -> None:
+    def reject(self, req: Request, reason: Reason, now: float) -> None:
         """End a request refused at intake, before it ever entered the queue."""
         self.applier.end(req, Status.REJECTED, reason, now)
 
@@ -114,7 +115,7 @@ class IterationScheduler:
         """Drop ``req`` from the ended requests not yet collected (the caller reports it)."""
         self.applier.ended = [r for r in self.applier.ended if r is not req]
 
-    def abort(self, req: Request, status: Status, reason: str, now: float) -> None:
+    def abort(self, req: Request, status: Status, reason: Reason, now: float) -> None:
         """End a request from outside (client gone, shutdown): frees its slot and KV at once."""
         if req.status.is_terminal:
             return
@@ -177,7 +178,7 @@ class IterationScheduler:
         """Apply the engine's result for ``out``; the requests that ended (``Applier``)."""
         return self.applier.update_from_output(out, result, now)
 
-    def retire(self, failed: list[tuple[Request, str]], finished: list[Request],
+    def retire(self, failed: list[tuple[Request, Reason]], finished: list[Request],
                reached_max: list[Request], now: float) -> None:
         """End failed, finished and ``max_tokens`` requests and free their slots and KV."""
         self.applier.retire(failed, finished, reached_max, now)
@@ -195,7 +196,7 @@ class IterationScheduler:
         """When a blocked waiting request may become admissible without an arrival."""
         return self.policy.next_wakeup(now)
 
-    def fail_waiting(self, reason: str, now: float) -> None:
+    def fail_waiting(self, reason: Reason, now: float) -> None:
         """Nothing can ever admit what still waits: end it with ``reason``."""
         def fail(req: Request) -> None:
             if req.status is Status.SWAPPED:

@@ -4,8 +4,8 @@
 Modules: ``app`` (routes, FastAPI) with ``service``, ``jobs``, ``parsing``, ``sse``, ``errors``
 (the shared HTTP layer), ``openai_schema`` (request/response models), ``auth`` (API key ->
 tenant), ``metrics`` (Prometheus), ``engine_backend`` + ``engine_worker`` + ``engine_job``
-(serve mode), ``gateway`` + ``gateway_dispatch`` + ``gateway_backend`` + ``gateway_window``
-(gateway mode), ``load`` (load generator), ``shutdown`` (graceful shutdown,
+(serve mode), ``gateway`` + ``gateway_jobs`` + ``gateway_health`` + ``gateway_dispatch`` +
+``gateway_backend`` + ``gateway_window`` (gateway mode), ``load`` (load generator), ``shutdown`` (graceful shutdown,
 in-process servers), ``fake_backend`` (deterministic FIFO backend for tests and benchmarks),
 ``overhead`` (gateway latency benchmark).  See docs/SERVICE.md.  Import submodules
 directly; this package imports nothing heavy.

@@ -24,6 +24,11 @@ after each step they are delivered to each request's asyncio queue in one
 ``call_soon_threadsafe``; the job detokenizes incrementally and applies stop strings.
 Terminal states come from the scheduler (``update_from_output`` / ``abort`` / expiry) and
 are delivered after the step's tokens, so a response always ends with them.
+
+Parts: ``EngineBackend`` (a :class:`~tokenfair.serve.service.Service`: intake, tokenizing,
+door checks, records, metrics) holds ``sched`` (the iteration scheduler and its policy) and
+``worker`` (:class:`~tokenfair.serve.engine_worker.EngineWorker`: the thread, its queues and
+the engine's health), sharing ``lock`` and ``jobs`` with it.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
+from ..core.reasons import CLIENT_CLOSED, Reason, ReasonCode
 from ..core.request import Request, Status
 from ..sched.registry import make_policy
 from ..sched.scheduler import IterationScheduler
@@ -50,15 +56,22 @@ from .engine_job import IncrementalDetokenizer, ServeJob
 from .limits import max_token_chars, min_prompt_tokens
 from .engine_worker import IDLE_POLL_S, MAX_ENGINE_ERRORS, EngineWorker
 
-# Split into engine_job (request bridge) and engine_worker (worker thread); the public
-# names stay importable from here.
+ENGINE_STOPPED = Reason(ReasonCode.SHUTDOWN, "engine stopped")   # the worker is gone with requests held
+
+# The parts live in engine_job (request bridge) and engine_worker (worker thread); the
+# public names stay importable from here.
 __all__ = [
     "IDLE_POLL_S", "MAX_ENGINE_ERRORS", "IncrementalDetokenizer", "ServeJob", "EngineBackend",
     "build_engine_service",
 ]
 
 
-class EngineBackend(EngineWorker, Service):
+SHUTDOWN_POLL_S = 0.02     # drain: how often to look whether the held jobs have ended
+ABORT_WAIT_S = 5.0         # drain: how long failed jobs may take to end after the grace period
+JOIN_TIMEOUT_S = 10.0      # stop: how long to wait for the worker thread
+
+
+class EngineBackend(Service):
     mode = "serve"
 
     def __init__(self, contract: Contract, keyring: KeyRing, engine, profile: Profile, *, policy: str = "fair",
@@ -74,7 +87,6 @@ class EngineBackend(EngineWorker, Service):
         self.policy_name = policy
         self.lock = threading.RLock()
         self.policy_lock = self.lock
-        self.wake = threading.Event()
         self.served_model = served_model or (model_name(self.loaded) if self.loaded is not None else "model")
         self.max_tokens_default = max_tokens_default
         pool = self.sched.pool
@@ -83,75 +95,56 @@ class EngineBackend(EngineWorker, Service):
         self.vocab_size = engine.config.vocab_size
         self.max_token_chars: int | None = None   # longest vocabulary entry (the length pre-check)
         self.jobs: dict[str, ServeJob] = {}
-        self._adds: list[Request] = []
-        self._aborts: list[tuple[Request, Status, str]] = []
-        self._forget: list[Request] = []
-        self._dirty: list[ServeJob] = []
-        self._stop = False
-        self.broken: str | None = None
-        self.thread: threading.Thread | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.num_steps = 0
+        self.worker = EngineWorker(self.sched, engine, self.lock, self.jobs, now=self.now, on_end=self._recorded,
+                                   on_preempted=self.metrics.preempted)
+
+    def _recorded(self, job: ServeJob, req: Request) -> None:
+        """``req``'s terminal record (the worker calls it once per ended job)."""
+        if req.status is Status.REJECTED:
+            self.metrics.rejected(req.tenant, req.reason_code)
+        fin = getattr(req.payload, "finish_reason", None) if req.status is Status.FINISHED else None
+        self.record(req, endpoint=job.g.kind, finish_reason=fin)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        if self.thread is not None:
-            return
-        self.loop = asyncio.get_running_loop()
-        self.thread = threading.Thread(target=self._run, name="tokenfair-engine", daemon=True)
-        self.thread.start()
+        self.worker.start(asyncio.get_running_loop())
 
     def model_names(self) -> list[str]:
         return [self.served_model]
 
     def health(self) -> tuple[bool, dict]:
-        alive = self.thread is not None and self.thread.is_alive()
-        ok = alive and not self.closing and self.broken is None
+        alive = self.worker.alive()
+        broken = self.worker.broken
+        ok = alive and not self.closing and broken is None
         return ok, {"mode": self.mode, "model": self.served_model, "closing": self.closing,
-                    "engine": "broken: " + self.broken if self.broken else ("running" if alive else "stopped"),
+                    "engine": "broken: " + broken if broken else ("running" if alive else "stopped"),
                     "running": len(self.sched.running), "waiting": self.policy.num_waiting(),
                     "kv_free_blocks": self.sched.pool.num_free, "kv_blocks": self.sched.pool.num_blocks}
 
     async def drain(self, grace_s: float) -> None:
+        worker = self.worker
         deadline = time.monotonic() + max(0.0, grace_s)
-        while self.jobs and time.monotonic() < deadline and self.thread is not None and self.thread.is_alive():
-            await asyncio.sleep(0.02)
+        while self.jobs and time.monotonic() < deadline and worker.alive():
+            await asyncio.sleep(SHUTDOWN_POLL_S)
         if self.jobs:
-            self._fail_all("shutdown: the server is stopping (grace period over)")
-            end = time.monotonic() + 5.0
-            while self.jobs and time.monotonic() < end and self.thread is not None and self.thread.is_alive():
+            worker.fail_all(Reason(ReasonCode.SHUTDOWN, "the server is stopping (grace period over)"))
+            end = time.monotonic() + ABORT_WAIT_S
+            while self.jobs and time.monotonic() < end and worker.alive():
                 await asyncio.sleep(0.01)
         if self.jobs:     # the worker is gone: end them here
             with self.lock:
                 for job in list(self.jobs.values()):
                     if not job.req.status.is_terminal:
-                        self.sched.abort(job.req, Status.FAILED, "shutdown: engine stopped", self.now())
-                ended = self._drain_ended()
-            self._publish([], ended, threadsafe=False)
+                        self.sched.abort(job.req, Status.FAILED, ENGINE_STOPPED, self.now())
+                ended = worker.drain_ended()
+            worker.publish([], ended, threadsafe=False)
 
     async def stop(self) -> None:
-        self._stop = True
-        self.wake.set()
-        if self.thread is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.thread.join, 10.0)
+        self.worker.request_stop()
+        if self.worker.thread is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.worker.thread.join, JOIN_TIMEOUT_S)
         self.engine.close()
         await super().stop()
-
-    def _fail_all(self, reason: str) -> None:
-        now = self.now()
-        with self.lock:
-            for job in list(self.jobs.values()):
-                req = job.req
-                if req.status.is_terminal:
-                    continue
-                if req.status is Status.RUNNING:
-                    self._aborts.append((req, Status.FAILED, reason))
-                else:
-                    self.sched.abort(req, Status.FAILED, reason, now)
-                    self._forget.append(req)
-            ended = self._drain_ended()
-        self._publish([], ended, threadsafe=False)
-        self.wake.set()
 
     # ------------------------------------------------------------------ intake
     async def prepare(self, g: GenRequest) -> None:
@@ -176,7 +169,7 @@ class EngineBackend(EngineWorker, Service):
     def _check_model(self, g: GenRequest) -> None:
         if g.model and g.model not in self.model_names():
             raise ServiceError(404, f"model {g.model!r} does not exist; this server serves {self.served_model!r}",
-                               "model_not_found", "model")
+                               ReasonCode.MODEL_NOT_FOUND, "model")
 
     def _refuse_context(self, g: GenRequest, n: int, asked: int | None) -> None:
         refusal = context_refusal(n, asked, self.max_context, g)
@@ -193,10 +186,10 @@ class EngineBackend(EngineWorker, Service):
         sampling = sampling_of(body)              # before intake: a bad parameter is a plain 400
         ids = g.prompt_ids if g.prompt_ids is not None else tokenize_prompt(g, self.loaded, self.vocab_size)
         if not ids:
-            raise ServiceError(400, "prompt: the prompt is empty", "invalid_request", "prompt")
+            raise ServiceError(400, "prompt: the prompt is empty", ReasonCode.INVALID_REQUEST, "prompt")
         stops = body.stop_list()
         if stops and (self.loaded is None or self.loaded.tokenizer is None):
-            raise ServiceError(400, "stop: stop strings need a tokenizer", "invalid_request", "stop")
+            raise ServiceError(400, "stop: stop strings need a tokenizer", ReasonCode.INVALID_REQUEST, "stop")
         n = len(ids)
         asked = body.requested_max_tokens()
         self._refuse_context(g, n, asked)
@@ -207,13 +200,15 @@ class EngineBackend(EngineWorker, Service):
         if self.loaded is not None and self.loaded.tokenizer is not None:
             decode = self.loaded.decode
         job = ServeJob(g, req, decode, stops, self.served_model)
-        dirty = self._dirty
+        dirty = self.worker.dirty
         req.payload = GenerationPayload(prompt_ids=ids, sampling=sampling, max_new_tokens=max_tokens,
                                         stop_strings=tuple(stops), ignore_eos=body.ignore_eos,
                                         on_token=lambda tok, fin: job.on_token(tok, fin, dirty))
         with self.lock:
-            if self.closing or self.broken is not None:
-                why = "shutting_down: the server is stopping" if self.closing else f"no_backend: engine broken ({self.broken})"
+            broken = self.worker.broken
+            if self.closing or broken is not None:
+                why = Reason(ReasonCode.SHUTTING_DOWN, "the server is stopping") if self.closing \
+                    else Reason(ReasonCode.NO_BACKEND, f"engine broken ({broken})")
                 raise self.refuse(req, why, now, endpoint=g.kind)
             door = self.door_check(req, now)
             if door is not None:
@@ -221,26 +216,22 @@ class EngineBackend(EngineWorker, Service):
             self.sched.add_request(req, now)
             if req.status is Status.REJECTED:
                 self.sched.forget_ended(req)
-                raise self.refuse(req, req.reason, now, endpoint=g.kind)
+                raise self.refuse(req, None, now, endpoint=g.kind)
             self.jobs[req.request_id] = job
-            self._adds.append(req)
-        self.wake.set()
+            self.worker.add(req)
+        self.worker.wake.set()
         return job
 
-    def cancel(self, job: Job, reason: str = "client_disconnected: the client closed the connection") -> None:
+    def cancel(self, job: Job, reason: Reason = CLIENT_CLOSED) -> None:
         req = job.req
         with self.lock:
             if req.status.is_terminal or req.request_id not in self.jobs:
                 return
-            if req.status is Status.RUNNING:
-                self._aborts.append((req, Status.FAILED, reason))
-                ended = []
-            else:
-                self.sched.abort(req, Status.FAILED, reason, self.now())
-                self._forget.append(req)
-                ended = self._drain_ended()
-        self._publish([], ended, threadsafe=False)
-        self.wake.set()
+            running = req.status is Status.RUNNING
+            self.worker.abort_locked(req, reason, self.now())
+            ended = [] if running else self.worker.drain_ended()
+        self.worker.publish([], ended, threadsafe=False)
+        self.worker.wake.set()
 
     # ------------------------------------------------------------------ metrics
     def snapshot(self) -> dict:
@@ -258,7 +249,7 @@ class EngineBackend(EngineWorker, Service):
                 ("tokenfair_kv_usage_ratio", "Fraction of KV blocks in use", (), {(): pool.usage}),
                 ("tokenfair_kv_free_blocks", "Free KV blocks", (), {(): pool.num_free}),
             ]
-            counters = [("tokenfair_engine_steps", "Engine steps executed", float(self.num_steps))]
+            counters = [("tokenfair_engine_steps", "Engine steps executed", float(self.worker.num_steps))]
         return {"queue": dict(queue), "running": dict(running), "share": share, "entitled": entitled, "extra": extra,
                 "counters": counters}
 

@@ -46,6 +46,16 @@ not forwarded).  Authentication: ``backend_key`` if given, else the client's own
 ``Authorization`` header is forwarded (so a tokenfair ``serve`` backend with the same
 contract sees the same tenant); ``x-tokenfair-*`` headers are forwarded, the body's
 ``tokenfair`` extension is turned into those headers.
+
+Parts (each built with its own state and narrow callbacks, each testable alone)::
+
+    Gateway (Service: intake, door, records, metrics)
+      .book        JobBook         held jobs, running set, the one terminal state per job,
+                                   re-queue after a failed attempt     (gateway_jobs.py)
+      .prober      HealthProber    probes, up/down, drain of a dead backend (gateway_health.py)
+      .proxy       BackendProxy    one released request streamed from a backend (gateway_backend.py)
+      .dispatcher  Dispatcher      the dispatch loop and rounds        (gateway_dispatch.py)
+      .backends    [Backend]       per-backend state and window        (gateway_window.py, saturation.py)
 """
 
 from __future__ import annotations
@@ -60,29 +70,31 @@ import httpx
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
 from ..core.kv import BlockPool
+from ..core.reasons import CLIENT_CLOSED, Reason, ReasonCode
 from ..core.request import Status
 from ..sched.predictor import OnlinePredictor
 from ..sched.registry import make_policy
-from .jobs import GenRequest, Job, RecordSink, failed_event
+from .jobs import GenRequest, Job, RecordSink
 from .service import Service
 from .auth import KeyRing
-from .gateway_backend import BackendClient, GatewayJob
+from .gateway_backend import BackendProxy
 from .gateway_dispatch import IDLE_POLL_S, Dispatcher
 from .gateway_context import context_refusal
-from .gateway_errors import scrub
-from .gateway_health import BackendHealth, HealthConfig, ProbeState
-from .jobs import Failed
+from .gateway_health import HealthConfig, HealthProber
+from .gateway_jobs import GatewayJob, JobBook
 from .gateway_window import AdaptiveWindow, Backend, WindowConfig, normalize_backend_url
 from .saturation import SaturationConfig, late_first_tokens, make_window, poll_saturation
 
-# Split into gateway_window (AIMD window, backend state), gateway_backend (proxy, probes)
-# and gateway_dispatch (dispatch loop); the public names stay importable from here.
+# The parts live in gateway_jobs, gateway_health, gateway_backend, gateway_dispatch and
+# gateway_window; the public names stay importable from here.
 __all__ = [
     "IDLE_POLL_S", "DEFAULT_MAX_TOKENS", "WindowConfig", "AdaptiveWindow", "Backend", "normalize_backend_url",
     "estimate_prompt_tokens", "GatewayJob", "Gateway",
 ]
 
 DEFAULT_MAX_TOKENS = 1024       # the charge's output bound for a request without max_tokens
+SHUTDOWN_POLL_S = 0.02          # drain: how often to look whether the held jobs have ended
+ABORT_WAIT_S = 5.0              # drain: how long aborted jobs may take to end after the grace period
 
 
 def estimate_prompt_tokens(g: GenRequest, chars_per_token: float) -> int:
@@ -97,7 +109,7 @@ def estimate_prompt_tokens(g: GenRequest, chars_per_token: float) -> int:
     return max(1, len(p))
 
 
-class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
+class Gateway(Service):
     mode = "gateway"
 
     def __init__(self, contract: Contract, keyring: KeyRing, backends: list[str], *, policy: str = "fair",
@@ -110,9 +122,8 @@ class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
         super().__init__(contract, keyring, records=records, max_tenant_labels=max_tenant_labels)
         if not backends:
             raise ValueError("gateway: give at least one --backend URL")
-        self.window_cfg = window or WindowConfig()
-        self.backends = [Backend(normalize_backend_url(u), make_window(self.window_cfg, saturation))
-                         for u in backends]
+        window_cfg = window or WindowConfig()
+        self.backends = [Backend(normalize_backend_url(u), make_window(window_cfg, saturation)) for u in backends]
         for b in self.backends:
             b.name = b.url.split("://", 1)[1].removesuffix("/v1")
         self.policy = make_policy(policy)
@@ -124,22 +135,41 @@ class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
         self.predictor = OnlinePredictor()
         self.policy.bind(contract, self.profile, self.pool, self.predictor)
         self.backend_key = backend_key
-        self.backend_priority = backend_priority    # send vLLM `priority` (backend_identity.py)
         self.max_context = max_context
         self.request_timeout_s = request_timeout_s
         self.health_cfg = health or HealthConfig()
-        self.probe_states = {b.url: ProbeState() for b in self.backends}
-        self.max_retries = max_retries
         self.chars_per_token = chars_per_token
         self.max_tokens_default = max_tokens_default
-        self.jobs: dict[str, GatewayJob] = {}
-        self.running: set[GatewayJob] = set()
         self.client: httpx.AsyncClient | None = None
         self.wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
-        self._last_round_s = 0.0
-        self._sleep = IDLE_POLL_S
         self._stopped = False
+        self.book = JobBook(self.policy, self.predictor, self.backends, max_retries=max_retries, now=self.now,
+                            record=self.record, preempted=self.metrics.preempted, closing=lambda: self.closing,
+                            wake=self._wake)
+        self.jobs, self.running = self.book.jobs, self.book.running
+        self.prober = HealthProber(self.backends, self.health_cfg, backend_key, now=self.now, wake=self._wake,
+                                   drain=self.book.drain_backend)
+        self.proxy = BackendProxy(self.health_cfg, backend_key=backend_key, backend_priority=backend_priority,
+                                  now=self.now, on_served=self.policy.on_served, wake=self._wake,
+                                  endings=self.book, signals=self.prober)
+        self.dispatcher = Dispatcher(self.policy, self.backends, self.book,
+                                     max_inflight_tokens=window_cfg.max_inflight_tokens,
+                                     max_running=lambda: self.contract.engine.max_running, now=self.now,
+                                     launch=lambda job, b: self.proxy.run(self.client, job, b),
+                                     on_done=self._proxy_done)
+
+    def _wake(self) -> None:
+        if self.wake is not None:
+            self.wake.set()
+
+    async def _round(self) -> None:
+        """One dispatch round (a fleet gateway's round awaits its store: fleet/gateway.py)."""
+        self.dispatcher.dispatch_round()
+
+    def _proxy_done(self, job: GatewayJob, b: Backend, tokens: int, task: asyncio.Task) -> None:
+        """A proxy task ended (a fleet gateway also gives its lease back: fleet/gateway.py)."""
+        self.book.proxy_done(job, b, tokens, task)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -148,12 +178,14 @@ class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(self.request_timeout_s,
                                                               connect=self.health_cfg.connect_timeout_s),
                                         limits=limits)
-        await self._first_probes()
-        self._last_round_s = self.now()
-        self._tasks = [asyncio.ensure_future(self._dispatch_loop()), asyncio.ensure_future(self._probe_loop())]
+        await self.prober.first_probes(self.client)
+        self.dispatcher.last_round_s = self.now()
+        stopped = lambda: self._stopped  # noqa: E731
+        self._tasks = [asyncio.ensure_future(self.dispatcher.run(self.wake, self._round, stopped)),
+                       asyncio.ensure_future(self.prober.run(self.client, stopped))]
         key = {"authorization": f"Bearer {self.backend_key}"} if self.backend_key else {}
         self._tasks.append(asyncio.ensure_future(poll_saturation(
-            self.backends, self.client, self.now, lambda: self._stopped, self.wake.set, key, self._starting_on)))
+            self.backends, self.client, self.now, stopped, self.wake.set, key, self._starting_on)))
 
     def _starting_on(self, b: Backend) -> int:
         """Requests released to ``b`` still without a first token past the TTFT the window
@@ -164,12 +196,10 @@ class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
         return self.max_context, None           # no tokenizer: only the certain bounds (body_precheck)
 
     def model_names(self) -> list[str]:
-        names: list[str] = []
-        for b in self.backends:
-            for m in b.models:
-                if m not in names:
-                    names.append(m)
-        return names
+        return self.prober.model_names()
+
+    async def list_models(self, headers) -> list[str]:
+        return await self.prober.list_models(self.client, headers)
 
     def health(self) -> tuple[bool, dict]:
         up = [b.name for b in self.backends if b.up]
@@ -181,10 +211,10 @@ class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
     async def drain(self, grace_s: float) -> None:
         deadline = time.monotonic() + max(0.0, grace_s)
         while self.jobs and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(SHUTDOWN_POLL_S)
         for job in list(self.jobs.values()):
-            self._abort(job, "shutdown: the gateway is stopping (grace period over)")
-        end = time.monotonic() + 5.0
+            self.book.abort(job, Reason(ReasonCode.SHUTDOWN, "the gateway is stopping (grace period over)"))
+        end = time.monotonic() + ABORT_WAIT_S
         while self.jobs and time.monotonic() < end:
             await asyncio.sleep(0.01)
 
@@ -212,9 +242,9 @@ class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
                 max_tokens = max(1, min(max_tokens, self.max_context - est))
         req = self.intake(g, est, max_tokens, now)
         if self.closing:
-            raise self.refuse(req, "shutting_down: the gateway is stopping", now, endpoint=g.kind)
+            raise self.refuse(req, Reason(ReasonCode.SHUTTING_DOWN, "the gateway is stopping"), now, endpoint=g.kind)
         if not any(b.up for b in self.backends):
-            raise self.refuse(req, f"no_backend: all {len(self.backends)} backends are down", now,
+            raise self.refuse(req, Reason(ReasonCode.NO_BACKEND, f"all {len(self.backends)} backends are down"), now,
                               retry_after=1.0, endpoint=g.kind)
         door = self.door_check(req, now)
         if door is not None:
@@ -227,48 +257,12 @@ class Gateway(Dispatcher, BackendHealth, BackendClient, Service):
         self.policy.enqueue(req, now)
         job = GatewayJob(g, req)
         job.model = g.model or ""
-        self.jobs[req.request_id] = job
+        self.book.add(job)
         self.wake.set()
         return job
 
-    def cancel(self, job: Job, reason: str = "client_disconnected: the client closed the connection") -> None:
-        self._abort(job, reason)
-
-    def _abort(self, job: GatewayJob, reason: str) -> None:
-        req = job.req
-        if job.ended or req.status.is_terminal:
-            return
-        if req.status is Status.RUNNING and job.task is not None and not job.task.done():
-            job.cancel_reason = reason
-            job.task.cancel()
-            return
-        if req.status is Status.WAITING:
-            self.policy.discard(req)
-        self._end(job, Status.FAILED, reason)
-
-    def _end(self, job: GatewayJob, status: Status, reason: str, event=None, http_status: int | None = None,
-             finish_reason: str | None = None) -> None:
-        if job.ended:
-            return
-        job.ended = True
-        req = job.req
-        now = self.now()
-        req.status, req.reason, req.finish_s = status, reason, now
-        if status is Status.FINISHED:
-            self.predictor.observe(req, req.num_output)
-            self.policy.on_finish(req, now)
-        elif req.scheduled_s is not None:
-            self.policy.on_finish(req, now)
-        self.jobs.pop(req.request_id, None)
-        extra = {} if http_status is None else {"http_status": http_status}
-        self.record(req, endpoint=job.g.kind, finish_reason=finish_reason, **extra)
-        event = event if event is not None else failed_event(req)
-        if isinstance(event, Failed):     # the client never sees the backends' addresses
-            event.message = scrub(event.message, self.backends)
-        job.q.put_nowait(event)
-        job.finished.set()
-        if self.wake is not None:
-            self.wake.set()
+    def cancel(self, job: Job, reason: Reason = CLIENT_CLOSED) -> None:
+        self.book.abort(job, reason)
 
     # ------------------------------------------------------------------ metrics
     def snapshot(self) -> dict:

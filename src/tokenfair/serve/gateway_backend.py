@@ -1,48 +1,67 @@
 """The gateway's backend client: proxying one released request to a backend (streamed,
-re-framed, charged per token), backend refusals and retries, and health probes.
+re-framed, charged per token) and what a backend's refusal or failure does to it.
 
-:class:`BackendClient` is a mixin of :class:`~tokenfair.serve.gateway.Gateway`; it uses the
-gateway's state (``client``, ``policy``, ``jobs``, ``running``, ``wake``, ...) and its
-``_end``; the probes and timeouts are :mod:`tokenfair.serve.gateway_health`'s.
-:class:`GatewayJob` is a request's state while the gateway holds it.
+:class:`BackendProxy` holds what a proxied call needs and nothing of the gateway: the
+timeouts (:class:`~tokenfair.serve.gateway_health.HealthConfig`), the backend key, the
+policy's ``on_served`` (per-token charge), the clock, the job book's endings
+(:class:`JobEndings`: ``end``, ``requeue_or_fail``) and the prober's signals
+(:class:`BackendSignals`: ``mark_down``, ``suspect``).  The HTTP client is passed per call.
 """
 
 from __future__ import annotations
 
-import asyncio
+from typing import Callable, Protocol
 
 import httpx
 
+from ..core.reasons import Reason, ReasonCode, backend_finished, from_upstream
 from ..core.request import Request, Status
 from .sse_read import data_chunks
 from .gateway_errors import BackendError, parse_backend_error
-from .gateway_health import timed_lines
+from .gateway_health import HealthConfig, timed_lines
+from .gateway_jobs import GatewayJob
 from .backend_identity import tag_body
 from .gateway_window import Backend
-from .jobs import Delta, Done, Failed, GenRequest, Job
+from .jobs import Delta, Done, Failed
+
+__all__ = ["BackendProxy", "BackendSignals", "GatewayJob", "JobEndings"]
+
+BACKEND_EWMA_WEIGHT = 0.1       # weight of the newest TTFT / TPOT in a backend's moving average
 
 
-class GatewayJob(Job):
-    def __init__(self, g: GenRequest, req: Request) -> None:
-        super().__init__(g, req)
-        self.q: asyncio.Queue = asyncio.Queue()
-        self.task: asyncio.Task | None = None
-        self.backend: Backend | None = None
-        self.released_s = 0.0
-        self.charge_tokens = 0
-        self.retries = 0
-        self.cancel_reason: str | None = None
-        self.requeue_on_cancel = False      # cancelled because its backend went down (gateway_health)
-        self.ended = False
+class JobEndings(Protocol):
+    """How a proxied job ends (:class:`~tokenfair.serve.gateway_jobs.JobBook`)."""
 
-    async def next_event(self):
-        return await self.q.get()
+    def end(self, job: GatewayJob, status: Status, reason: Reason, event=None, http_status: int | None = None,
+            finish_reason: str | None = None) -> None: ...
+
+    def requeue_or_fail(self, job: GatewayJob, b: Backend, reason: Reason, status: int) -> None: ...
 
 
-class BackendClient:
-    """Backend calls and health of :class:`~tokenfair.serve.gateway.Gateway` (a mixin)."""
+class BackendSignals(Protocol):
+    """What a proxied call tells the health prober (:class:`~tokenfair.serve.gateway_health.HealthProber`)."""
 
-    def _headers(self, job: GatewayJob) -> dict[str, str]:
+    def mark_down(self, b: Backend, why: str) -> None: ...
+
+    def suspect(self, b: Backend, why: str) -> None: ...
+
+
+class BackendProxy:
+    """Streams released requests from the backends (the module docstring)."""
+
+    def __init__(self, cfg: HealthConfig, *, backend_key: str | None, backend_priority: bool,
+                 now: Callable[[], float], on_served: Callable[[Request, int, int, float], None],
+                 wake: Callable[[], None], endings: JobEndings, signals: BackendSignals) -> None:
+        self.cfg = cfg
+        self.backend_key = backend_key
+        self.backend_priority = backend_priority    # send vLLM `priority` (backend_identity.py)
+        self.now = now
+        self.on_served = on_served
+        self.wake = wake
+        self.endings = endings
+        self.signals = signals
+
+    def headers(self, job: GatewayJob) -> dict[str, str]:
         h = {k: v for k, v in job.g.forward_headers.items() if k.lower().startswith("x-tokenfair-")}
         if self.backend_key is not None:
             h["authorization"] = f"Bearer {self.backend_key}"
@@ -59,7 +78,7 @@ class BackendClient:
             h["x-tokenfair-priority"] = repr(g.priority)
         return h
 
-    def _body(self, job: GatewayJob, b: Backend) -> dict:
+    def body(self, job: GatewayJob, b: Backend) -> dict:
         body = {k: v for k, v in job.g.raw.items() if k != "tokenfair"}
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -69,22 +88,8 @@ class BackendClient:
         return tag_body(body, req.tenant, req.klass, req.priority,
                         backend_priority=self.backend_priority)
 
-    def _requeue_or_fail(self, job: GatewayJob, b: Backend, reason: str, status: int) -> None:
-        req = job.req
-        now = self.now()
-        if job.retries < self.max_retries and not self.closing and req.num_output == 0:
-            job.retries += 1
-            self.running.discard(job)
-            req.num_preemptions += 1
-            req.last_preempt_s = now
-            req.status = Status.WAITING
-            self.policy.enqueue(req, now)
-            self.metrics.preempted(req.tenant)
-            return
-        self._end(job, Status.FAILED, reason,
-                  Failed(status, f"request failed: {reason}", reason.split(":", 1)[0]), http_status=status)
-
-    async def _proxy(self, job: GatewayJob, b: Backend) -> None:
+    async def run(self, client: httpx.AsyncClient, job: GatewayJob, b: Backend) -> None:
+        """Proxy ``job`` to ``b`` until it ends, is re-queued, or its task is cancelled."""
         req, g = job.req, job.g
         path = "/chat/completions" if g.kind == "chat" else "/completions"
         chat = g.kind == "chat"
@@ -92,10 +97,10 @@ class BackendClient:
         usage = None
         prompt_est = req.prompt_tokens
         try:
-            cfg = self.health_cfg
-            async with self.client.stream("POST", b.url + path, json=self._body(job, b), headers=self._headers(job),
-                                          timeout=httpx.Timeout(cfg.first_token_timeout_s,
-                                                                connect=cfg.connect_timeout_s)) as resp:
+            cfg = self.cfg
+            async with client.stream("POST", b.url + path, json=self.body(job, b), headers=self.headers(job),
+                                     timeout=httpx.Timeout(cfg.first_token_timeout_s,
+                                                           connect=cfg.connect_timeout_s)) as resp:
                 if resp.status_code != 200:
                     await self._backend_refused(job, b, resp)
                     return
@@ -105,9 +110,9 @@ class BackendClient:
                     usage, finish_reason = self._take_chunk(job, b, chunk, chat, usage, finish_reason)
             self._on_complete(job, b, usage, finish_reason, prompt_est)
         except (httpx.ConnectError, httpx.ConnectTimeout) as err:
-            self._mark_down(b, f"{type(err).__name__}")
+            self.signals.mark_down(b, f"{type(err).__name__}")
             b.window.on_overload(job.released_s, self.now())
-            self._requeue_or_fail(job, b, f"backend_unavailable: {b.name}: {type(err).__name__}", 503)
+            self.endings.requeue_or_fail(job, b, Reason(ReasonCode.BACKEND_UNAVAILABLE, f"{b.name}: {type(err).__name__}"), 503)
         except (_StreamError, httpx.HTTPError) as err:
             self._stream_failed(job, b, err)
 
@@ -117,7 +122,7 @@ class BackendClient:
         if "error" in chunk:
             err = parse_backend_error(0, chunk["error"] if isinstance(chunk["error"], dict)
                                       else {"message": str(chunk["error"])})
-            raise _StreamError(f"{err.code or 'backend_error'}: {b.name}: {err.message}", err)
+            raise _StreamError(from_upstream(err.code, ReasonCode.BACKEND_ERROR, f"{b.name}: {err.message}"), err)
         m = chunk.get("model")
         if m:
             if not job.model:
@@ -140,55 +145,32 @@ class BackendClient:
         req = job.req
         b.errors += 1
         if isinstance(err, httpx.TimeoutException):
-            self._suspect(b, f"{type(err).__name__}: {err}")
-        reason = str(err) if isinstance(err, _StreamError) else f"backend_error: {b.name}: {type(err).__name__}: {err}"
+            self.signals.suspect(b, f"{type(err).__name__}: {err}")
+        reason = err.reason if isinstance(err, _StreamError) \
+            else Reason(ReasonCode.BACKEND_ERROR, f"{b.name}: {type(err).__name__}: {err}")
         if isinstance(err, _StreamError) and not err.error.retry:
             code = err.error.code or "backend_error"
-            self._end(job, Status.FAILED, reason, Failed(502, err.error.message, code, param=err.error.param),
-                      http_status=502)
+            self.endings.end(job, Status.FAILED, reason, Failed(502, err.error.message, code, param=err.error.param),
+                             http_status=502)
         elif req.num_output == 0:
-            self._requeue_or_fail(job, b, reason, 502)
+            self.endings.requeue_or_fail(job, b, reason, 502)
         else:
-            self._end(job, Status.FAILED, reason, Failed(502, f"request failed: {reason}", "backend_error"),
-                      http_status=502)
-
-    def _proxy_done(self, job: GatewayJob, b: Backend, tokens: int, task: asyncio.Task) -> None:
-        """Always runs, even for a task cancelled before it started: release the window slot
-        and end a job the task did not end (cancelled: client gone or shutdown; crashed).
-        A job re-queued by this task and already released again belongs to its new task."""
-        b.inflight -= 1
-        b.inflight_tokens -= tokens
-        if job.task is not task:
-            if self.wake is not None:
-                self.wake.set()
-            return
-        self.running.discard(job)
-        if not job.ended and job.req.status is Status.RUNNING:
-            if task.cancelled() and job.requeue_on_cancel:     # its backend went down: try another
-                job.requeue_on_cancel = False
-                self._requeue_or_fail(job, b, job.cancel_reason or "backend_unavailable", 503)
-            elif task.cancelled():
-                self._end(job, Status.FAILED, job.cancel_reason or "shutdown: the gateway is stopping")
-            else:
-                err = task.exception()
-                reason = f"gateway_error: {type(err).__name__}: {err}" if err else "gateway_error: proxy ended early"
-                self._end(job, Status.FAILED, reason, Failed(500, reason, "gateway_error"), http_status=500)
-        if self.wake is not None:
-            self.wake.set()
+            self.endings.end(job, Status.FAILED, reason, Failed(502, f"request failed: {reason.text}", ReasonCode.BACKEND_ERROR),
+                             http_status=502)
 
     async def _backend_refused(self, job: GatewayJob, b: Backend, resp: httpx.Response) -> None:
         err = parse_backend_error(resp.status_code, await resp.aread(), resp.headers.get("x-should-retry"))
         status = resp.status_code
-        reason = f"{err.code or 'backend_status'}: {b.name} answered {status}: {err.message}"
+        reason = from_upstream(err.code, ReasonCode.BACKEND_STATUS, f"{b.name} answered {status}: {err.message}")
         if status in (429, 503) and err.retry:
             b.window.on_overload(job.released_s, self.now())
-            self._requeue_or_fail(job, b, reason, status)
+            self.endings.requeue_or_fail(job, b, reason, status)
         elif status >= 500 and err.retry:
             b.errors += 1
-            self._requeue_or_fail(job, b, reason, 502)
+            self.endings.requeue_or_fail(job, b, reason, 502)
         else:   # the request's own fault: passed on as the backend said it, not retried
-            self._end(job, Status.FAILED, reason, Failed(status, err.message, err.code or "backend_status",
-                                                         param=err.param), http_status=status)
+            self.endings.end(job, Status.FAILED, reason, Failed(status, err.message, err.code or "backend_status",
+                                                                param=err.param), http_status=status)
 
     def _on_token(self, job: GatewayJob, b: Backend, text: str) -> None:
         req = job.req
@@ -196,16 +178,17 @@ class BackendClient:
         if req.first_token_s is None:
             req.first_token_s = now
             ttft = now - job.released_s
-            b.ttft_ewma_s = ttft if b.ttft_ewma_s is None else b.ttft_ewma_s + 0.1 * (ttft - b.ttft_ewma_s)
+            b.ttft_ewma_s = ttft if b.ttft_ewma_s is None else (
+                b.ttft_ewma_s + BACKEND_EWMA_WEIGHT * (ttft - b.ttft_ewma_s))
             b.window.on_first_token(ttft, req.prompt_tokens, job.released_s, b.inflight, now)
             req.num_computed = req.prompt_tokens + 1
             req.num_output = 1
-            self.policy.on_served(req, req.prompt_tokens, 1, now)
-            self.wake.set()          # the window may have grown
+            self.on_served(req, req.prompt_tokens, 1, now)
+            self.wake()              # the window may have grown
         else:
             req.num_output += 1
             req.num_computed += 1
-            self.policy.on_served(req, 0, 1, now)
+            self.on_served(req, 0, 1, now)
         job.q.put_nowait(Delta(text, 1))
 
     def _on_complete(self, job: GatewayJob, b: Backend, usage, finish_reason, prompt_est: int) -> None:
@@ -222,16 +205,19 @@ class BackendClient:
             req.num_output = n
             req.num_computed = p + n
             if extra_prompt or extra_out:
-                self.policy.on_served(req, extra_prompt, extra_out, now)
+                self.on_served(req, extra_prompt, extra_out, now)
         if req.first_token_s is not None and req.num_output > 1:
             tpot = (now - req.first_token_s) / (req.num_output - 1)
-            b.tpot_ewma_s = tpot if b.tpot_ewma_s is None else b.tpot_ewma_s + 0.1 * (tpot - b.tpot_ewma_s)
+            b.tpot_ewma_s = tpot if b.tpot_ewma_s is None else (
+                b.tpot_ewma_s + BACKEND_EWMA_WEIGHT * (tpot - b.tpot_ewma_s))
         b.served += 1
         fr = finish_reason or ("length" if req.num_output >= req.max_tokens else "stop")
-        self._end(job, Status.FINISHED, f"backend_{fr}",
-                  Done(fr, req.prompt_tokens, req.num_output), finish_reason=fr)
+        self.endings.end(job, Status.FINISHED, backend_finished(fr),
+                         Done(fr, req.prompt_tokens, req.num_output), finish_reason=fr)
+
 
 class _StreamError(Exception):
-    def __init__(self, message: str, error: BackendError) -> None:
-        super().__init__(message)
+    def __init__(self, reason: Reason, error: BackendError) -> None:
+        super().__init__(reason.text)
+        self.reason = reason
         self.error = error

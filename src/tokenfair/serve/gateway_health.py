@@ -16,15 +16,23 @@ A backend marked down is drained: each request in flight on it is cancelled with
 is re-queued for another backend (within ``max_retries``), the others fail with that reason.
 So a backend that is SIGSTOPped is detected within about ``probe_failures_down x
 (probe_interval_s + probe_timeout_s)`` seconds and holds no request after that.
+
+:class:`HealthProber` holds the probe state of every backend; the gateway hands it the
+backends, its clock and two callbacks (``wake``: a backend came back, dispatch again;
+``drain``: cancel what runs on a backend that went down), and the HTTP client per call.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Callable
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..core.reasons import Reason, ReasonCode
+from .gateway_window import Backend
 
 
 class HealthConfig(BaseModel):
@@ -80,103 +88,120 @@ async def timed_lines(lines, first_timeout_s: float, inter_chunk_timeout_s: floa
         yield line
 
 
-class BackendHealth:
-    """Probing and draining of :class:`~tokenfair.serve.gateway.Gateway`'s backends (a mixin)."""
+class HealthProber:
+    """Probes the gateway's backends, marks them down and up (the module docstring).
 
-    def _probe_state(self, b) -> ProbeState:
-        return self.probe_states[b.url]
+    ``backends``: the gateway's list (shared, not copied: a backend's ``up``, ``models`` and
+    probe schedule live on it); ``now``: the gateway's clock; ``wake()``: called when a
+    backend comes back up; ``drain(b, reason)``: cancel the requests in flight on ``b``."""
 
-    def _label(self, b) -> str:
+    def __init__(self, backends: list[Backend], cfg: HealthConfig, backend_key: str | None, *,
+                 now: Callable[[], float], wake: Callable[[], None],
+                 drain: Callable[[Backend, Reason], None]) -> None:
+        self.backends = backends
+        self.cfg = cfg
+        self.backend_key = backend_key
+        self.now = now
+        self.wake = wake
+        self.drain = drain
+        self.states = {b.url: ProbeState() for b in backends}     # backend URL -> its probes
+
+    def state(self, b: Backend) -> ProbeState:
+        return self.states[b.url]
+
+    def label(self, b: Backend) -> str:
+        """How errors name a backend (never its address): ``backend N``, 1-based."""
         return f"backend {self.backends.index(b) + 1}"
 
-    async def _probe(self, b) -> bool:
-        st = self._probe_state(b)
+    async def probe(self, client: httpx.AsyncClient, b: Backend) -> bool:
+        """Probe ``b`` once (a probe already in flight is not doubled); True when it is up."""
+        st = self.state(b)
         if st.probing:
             return b.up
         st.probing = True
         key = self.backend_key
         try:
-            r = await self.client.get(b.url + "/models", timeout=self.health_cfg.probe_timeout_s,
-                                      headers={"authorization": f"Bearer {key}"} if key else {})
+            r = await client.get(b.url + "/models", timeout=self.cfg.probe_timeout_s,
+                                 headers={"authorization": f"Bearer {key}"} if key else {})
         except httpx.HTTPError as err:
-            return self._probe_failed(b, f"{type(err).__name__} after {self.health_cfg.probe_timeout_s:g} s")
+            return self.probe_failed(b, f"{type(err).__name__} after {self.cfg.probe_timeout_s:g} s")
         finally:
             st.probing = False
         if r.status_code >= 500 or (key is not None and r.status_code in (401, 403)):
             why = "rejects the gateway's --backend-key" if r.status_code in (401, 403) else "answered"
-            return self._probe_failed(b, f"{why} {r.status_code}")
+            return self.probe_failed(b, f"{why} {r.status_code}")
         if r.status_code == 200:
-            self._learn_models(b, r)
-        self._probe_ok(b)
+            self.learn_models(b, r)
+        self.probe_ok(b)
         return True
 
-    def _learn_models(self, b, r: httpx.Response) -> None:
+    def learn_models(self, b: Backend, r: httpx.Response) -> None:
         try:
             b.models = [m["id"] for m in r.json().get("data", []) if isinstance(m, dict) and "id" in m]
-            self._probe_state(b).models_known = True
+            self.state(b).models_known = True
         except (ValueError, AttributeError, TypeError):
             pass
 
-    def _probe_ok(self, b) -> None:
-        st = self._probe_state(b)
+    def probe_ok(self, b: Backend) -> None:
+        st = self.state(b)
         st.failures, st.reason = 0, ""
-        b.probe_backoff_s = self.health_cfg.probe_interval_s
-        b.next_probe_s = self.now() + self.health_cfg.probe_interval_s
+        b.probe_backoff_s = self.cfg.probe_interval_s
+        b.next_probe_s = self.now() + self.cfg.probe_interval_s
         if not b.up:
             b.up = True
-            if self.wake is not None:
-                self.wake.set()
+            self.wake()
 
-    def _probe_failed(self, b, why: str) -> bool:
-        st = self._probe_state(b)
+    def probe_failed(self, b: Backend, why: str) -> bool:
+        st = self.state(b)
         st.failures += 1
         st.reason = why
-        if b.up and st.failures >= self.health_cfg.probe_failures_down:
-            self._mark_down(b, why)
+        if b.up and st.failures >= self.cfg.probe_failures_down:
+            self.mark_down(b, why)
         elif not b.up:
-            b.probe_backoff_s = min(self.health_cfg.max_probe_backoff_s, b.probe_backoff_s * 2)
+            b.probe_backoff_s = min(self.cfg.max_probe_backoff_s, b.probe_backoff_s * 2)
             b.next_probe_s = self.now() + b.probe_backoff_s
         else:
             b.next_probe_s = self.now()           # probe again at once
         return False
 
-    def _suspect(self, b, why: str) -> None:
+    def suspect(self, b: Backend, why: str) -> None:
         """A request to ``b`` timed out: count it as a failed probe and probe now."""
-        self._probe_failed(b, why)
+        self.probe_failed(b, why)
 
-    def _mark_down(self, b, why: str) -> None:
+    def mark_down(self, b: Backend, why: str) -> None:
         if b.up:
             b.up = False
-            b.probe_backoff_s = self.health_cfg.probe_interval_s
-            self._drain_backend(b, why)
+            b.probe_backoff_s = self.cfg.probe_interval_s
+            self.drain(b, Reason(ReasonCode.BACKEND_UNAVAILABLE, f"{self.label(b)} stopped answering ({why})"))
         b.next_probe_s = self.now() + b.probe_backoff_s
 
-    def _drain_backend(self, b, why: str) -> None:
-        reason = f"backend_unavailable: {self._label(b)} stopped answering ({why})"
-        current = asyncio.current_task()
-        for job in list(self.running):
-            if job.backend is b and job.task is not None and not job.task.done() and job.task is not current:
-                job.cancel_reason = reason
-                job.requeue_on_cancel = True
-                job.task.cancel()
-
-    async def _first_probes(self) -> None:
+    async def first_probes(self, client: httpx.AsyncClient) -> None:
         """Probe every backend once at start-up; one that fails is down from the start."""
-        await asyncio.gather(*(self._probe(b) for b in self.backends))
+        await asyncio.gather(*(self.probe(client, b) for b in self.backends))
         for b in self.backends:
-            st = self._probe_state(b)
+            st = self.state(b)
             if st.failures:
-                self._mark_down(b, st.reason)
+                self.mark_down(b, st.reason)
 
-    async def _probe_loop(self) -> None:
-        while not self._stopped:
-            await asyncio.sleep(min(0.25, self.health_cfg.probe_interval_s))
+    async def run(self, client: httpx.AsyncClient, stopped: Callable[[], bool]) -> None:
+        """The probe loop: every backend whose next probe is due, until ``stopped()``."""
+        while not stopped():
+            await asyncio.sleep(min(0.25, self.cfg.probe_interval_s))
             now = self.now()
-            due = [b for b in self.backends if now >= b.next_probe_s and not self._probe_state(b).probing]
+            due = [b for b in self.backends if now >= b.next_probe_s and not self.state(b).probing]
             if due:
-                await asyncio.gather(*(self._probe(b) for b in due))
+                await asyncio.gather(*(self.probe(client, b) for b in due))
 
-    async def list_models(self, headers) -> list[str]:
+    def model_names(self) -> list[str]:
+        """The backends' model ids, each once, in backend order."""
+        names: list[str] = []
+        for b in self.backends:
+            for m in b.models:
+                if m not in names:
+                    names.append(m)
+        return names
+
+    async def list_models(self, client: httpx.AsyncClient, headers) -> list[str]:
         """The backends' model ids; asked of an up backend with the client's own key when no
         probe could list them (no ``--backend-key``)."""
         names = self.model_names()
@@ -187,9 +212,9 @@ class BackendHealth:
             if not b.up:
                 continue
             try:
-                r = await self.client.get(b.url + "/models", headers=auth, timeout=self.health_cfg.probe_timeout_s)
+                r = await client.get(b.url + "/models", headers=auth, timeout=self.cfg.probe_timeout_s)
             except httpx.HTTPError:
                 continue
             if r.status_code == 200:
-                self._learn_models(b, r)
+                self.learn_models(b, r)
         return self.model_names()

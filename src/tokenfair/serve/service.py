@@ -13,6 +13,7 @@ from typing import Any
 from ..contracts.contract import Contract
 from ..runtime.intake import make_request
 from ..evaluation.metrics import entitled_shares, request_record
+from ..core.reasons import CLIENT_CLOSED, Reason, ReasonCode
 from ..core.request import Request, Status
 from ..workloads.workload import TraceRow
 from .auth import KeyRing
@@ -20,7 +21,7 @@ from .body_precheck import BodyPrechecker
 from .errors import ServiceError, http_status_of
 from .jobs import GenRequest, Job, RecordSink
 from .defaults import DEFAULT_MAX_BODY_BYTES
-from .metrics import ServiceMetrics, reason_code
+from .metrics import ServiceMetrics
 
 
 class Service:
@@ -68,19 +69,21 @@ class Service:
             raise self.refuse(req, reject, now, endpoint=g.kind)
         return req
 
-    def refuse(self, req: Request, reason: str, now: float, retry_after: float | None = None,
+    def refuse(self, req: Request, reason: Reason | None, now: float, retry_after: float | None = None,
                endpoint: str | None = None, param: str | None = None) -> ServiceError:
-        """End ``req`` as REJECTED with ``reason`` (recorded once) and build its HTTP error."""
+        """End ``req`` as REJECTED with ``reason`` (recorded once) and build its HTTP error
+        (``reason`` None: ``req`` already ended, with its own)."""
         if not req.status.is_terminal:
-            req.status, req.reason, req.finish_s = Status.REJECTED, reason, now
-        self.metrics.rejected(req.tenant, req.reason)
+            assert reason is not None, "a request refused at the door needs a reason"
+            req.status, req.end_reason, req.finish_s = Status.REJECTED, reason, now
+        self.metrics.rejected(req.tenant, req.reason_code)
         self.record(req, endpoint=endpoint)
         return self.rejection_error(req, retry_after, param)
 
     def rejection_error(self, req: Request, retry_after: float | None = None,
                         param: str | None = None) -> ServiceError:
         status = http_status_of(req)
-        code = reason_code(req.reason)
+        code = req.reason_code
         headers: dict[str, str] = {}
         if status == 429:
             headers = self.ratelimit_headers(req.tenant, retry_after if retry_after is not None
@@ -115,7 +118,7 @@ class Service:
             h["x-ratelimit-reset-tokens"] = f"{max(0.0, (rl.burst_tokens - b) / rl.tokens_per_s):.3f}s"
         return h
 
-    def door_check(self, req: Request, now: float) -> tuple[str, float] | None:
+    def door_check(self, req: Request, now: float) -> tuple[Reason, float] | None:
         """A token-rate-limited tenant whose bucket cannot admit ``req`` within its class's
         max wait is refused now (``rate_limited``) rather than left to starve in the queue.
         Call with ``policy_lock`` held.  Returns (reason, retry_after_s) or None."""
@@ -132,8 +135,8 @@ class Service:
         limit = self.contract.admission.shed_margin * req.max_wait_s
         if wait <= limit:
             return None
-        return (f"rate_limited: tenant {req.tenant!r} token rate limit ({rl.tokens_per_s:g}/s) admits this "
-                f"request in ~{wait:.1f}s > {limit:.1f}s (class {req.klass!r}); retry after ~{wait - limit:.0f}s",
+        return (Reason(ReasonCode.RATE_LIMITED, f"tenant {req.tenant!r} token rate limit ({rl.tokens_per_s:g}/s) "
+                f"admits this request in ~{wait:.1f}s > {limit:.1f}s (class {req.klass!r}); retry after ~{wait - limit:.0f}s"),
                 wait - limit)
 
     # -- terminal bookkeeping
@@ -185,7 +188,7 @@ class Service:
     def submit(self, g: GenRequest) -> Job:
         raise NotImplementedError
 
-    def cancel(self, job: Job, reason: str = "client_disconnected: the client closed the connection") -> None:
+    def cancel(self, job: Job, reason: Reason = CLIENT_CLOSED) -> None:
         raise NotImplementedError
 
     def health(self) -> tuple[bool, dict]:

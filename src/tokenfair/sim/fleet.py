@@ -25,6 +25,7 @@ from ..contracts.contract import Contract
 from ..core.costmodel import Profile
 from ..runtime.intake import make_request
 from ..runtime.recorder import Recorder
+from ..core.reasons import Reason, ReasonCode
 from ..core.request import Request
 from ..sched.scheduler import IterationScheduler
 from ..workloads.workload import Workload
@@ -254,4 +255,4 @@ def _run_gated(rows, contract: Contract, replicas: list[Replica], router, gate: 
             gate.dispatch(r.now_s, replicas, router, hashes_of, release)
         events.push(r)
     if gate.policy.num_waiting():
-        gate.fail_waiting("unschedulable: no replica can ever admit it", max(r.now_s for r in replicas))
+        gate.fail_waiting(Reason(ReasonCode.UNSCHEDULABLE, "no replica can ever admit it"), max(r.now_s for r in replicas))

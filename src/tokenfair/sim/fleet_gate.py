@@ -33,6 +33,7 @@ from typing import Callable, Sequence
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
 from ..core.kv import BlockPool
+from ..core.reasons import Reason
 from ..core.request import Request, Status
 from ..sched.gateway_round import begin_round, release_round
 from ..sched.policy import end_each_waiting
@@ -79,8 +80,8 @@ class FleetGate:
         req.status = Status.WAITING
         self.policy.enqueue(req, now)
 
-    def _end(self, req: Request, status: Status, reason: str, now: float) -> None:
-        req.status, req.reason, req.finish_s = status, reason, now
+    def _end(self, req: Request, status: Status, reason: Reason, now: float) -> None:
+        req.status, req.end_reason, req.finish_s = status, reason, now
         if req.scheduled_s is not None:
             self.policy.on_finish(req, now)
 
@@ -158,7 +159,7 @@ class FleetGate:
             self._first_token(gw, rr, cached, now)
         more = rr.num_output - gw.num_output
         gw.num_output, gw.num_computed = rr.num_output, rr.num_computed
-        gw.status, gw.reason, gw.finish_s = rr.status, rr.reason, rr.finish_s
+        gw.status, gw.end_reason, gw.finish_s = rr.status, rr.end_reason, rr.finish_s
         if more > 0:
             self.policy.on_served(gw, 0, more, now)   # the streamed tokens, reported at the end
         if rr.first_token_s is not None and rr.finish_s is not None and rr.num_output > 1:
@@ -169,6 +170,6 @@ class FleetGate:
             self.predictor.observe(gw, gw.num_output)
         self.policy.on_finish(gw, now)
 
-    def fail_waiting(self, reason: str, now: float) -> None:
+    def fail_waiting(self, reason: Reason, now: float) -> None:
         """Nothing can ever release what still waits: end it with ``reason``."""
         end_each_waiting(self.policy, now, lambda req: self._end(req, Status.FAILED, reason, now))

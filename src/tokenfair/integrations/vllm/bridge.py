@@ -33,6 +33,7 @@ from collections.abc import Callable
 
 from ...runtime.intake import make_request
 from ...core.kv import BlockPool
+from ...core.reasons import Reason, ReasonCode
 from ...core.request import Request, Status
 from ...sched.predictor import OnlinePredictor
 from ...sched.registry import make_policy
@@ -66,13 +67,13 @@ class PolicyBridge:
         self.policy = make_policy(settings.policy)
         self.policy.bind(self.contract, self.profile, self.pool, self.predictor)
         self.by_id: dict[str, Request] = {}
-        self.rejected: dict[str, str] = {}      # request id -> reason, finished at the next step
+        self.rejected: dict[str, Reason] = {}   # request id -> reason, finished at the next step
         self.num_seq = 0
         self.step_started_s = clock()
         self.last_step_s = self.step_started_s
         self.step_stats: tuple[int, int, list[Request]] = (0, 0, [])
         self.counts = {"arrived": 0, "rejected": 0, "expired": 0, "finished": 0, "held_back": 0, "work_conserving": 0,
-                       "preempted": 0}
+                       "preempted": 0, "urgent_preempted": 0}
 
     # -- arrival ----------------------------------------------------------------------
     def arrive(self, vreq) -> Request | None:
@@ -91,7 +92,7 @@ class PolicyBridge:
         if reason is None:
             reason = self.policy.on_arrival(req, now)
         if reason is not None:
-            req.status, req.reason = Status.REJECTED, reason
+            req.status, req.end_reason = Status.REJECTED, reason
             self.rejected[vreq.request_id] = reason
             self.counts["rejected"] += 1
             req.finish_s = now
@@ -245,10 +246,10 @@ class PolicyBridge:
         self.policy.on_step_end(now, max(1e-6, now - self.last_step_s))
         self.last_step_s = now
 
-    def expired(self, req: Request, reason: str) -> None:
+    def expired(self, req: Request, reason: Reason) -> None:
         """The policy expired ``req`` (already out of its queue): vLLM ends it with an error."""
         self.by_id.pop(req.request_id, None)
-        req.status, req.reason, req.payload = Status.EXPIRED, reason, None
+        req.status, req.end_reason, req.payload = Status.EXPIRED, reason, None
         req.finish_s = self.clock()
         self.counts["expired"] += 1
         self.record(req)
@@ -275,9 +276,9 @@ class PolicyBridge:
         req.finish_s = now
         if req.status is Status.WAITING:
             self.policy.discard(req)
-            req.status, req.reason = Status.FAILED, f"vllm: {vreq.status}"
+            req.status, req.end_reason = Status.FAILED, Reason(ReasonCode.VLLM, f"{vreq.status}")
         else:
-            req.status, req.reason = Status.FINISHED, f"vllm: {vreq.status}"
+            req.status, req.end_reason = Status.FINISHED, Reason(ReasonCode.VLLM, f"{vreq.status}")
             self.predictor.observe(req, req.num_output)
             self.policy.on_finish(req, now)
         req.payload = None

@@ -20,6 +20,7 @@ import math
 
 from ...contracts.contract import Contract
 from ...core.kv import BlockPool
+from ...core.reasons import Reason, ReasonCode
 from ...core.request import Request
 from .tenant import TenantState
 
@@ -45,9 +46,10 @@ class AdmissionControl:
     def reserved_slots(self, t: TenantState) -> int:
         return int(math.floor(t.spec.min_share * self.max_running))
 
-    def on_arrival(self, t: TenantState, req: Request) -> str | None:
+    def on_arrival(self, t: TenantState, req: Request) -> Reason | None:
         if t.num_waiting >= t.spec.max_queued:
-            return f"queue_full: tenant {t.name!r} has {t.num_waiting} queued (max_queued {t.spec.max_queued})"
+            return Reason(ReasonCode.QUEUE_FULL,
+                          f"tenant {t.name!r} has {t.num_waiting} queued (max_queued {t.spec.max_queued})")
         return None
 
     def refill(self, t: TenantState, now: float) -> None:

@@ -25,6 +25,7 @@ from mypy_extensions import mypyc_attr
 from ...contracts.contract import Contract
 from ...core.costmodel import Profile
 from ...core.kv import BlockPool
+from ...core.reasons import Reason
 from ...core.request import Request
 from ..policy import DecodeHold, Policy
 from ..predictor import Predictor
@@ -171,7 +172,7 @@ class FairPolicy(Policy):
         return self.urgency.overshare(r)
 
     # -- waiting queue -------------------------------------------------------------------
-    def on_arrival(self, req: Request, now: float) -> str | None:
+    def on_arrival(self, req: Request, now: float) -> Reason | None:
         t = self.roster.tenant(req.tenant, now)
         reason = self.admission.on_arrival(t, req)
         if reason is None and req.max_wait_s is not None and self.contract.admission.shed_over_max_wait:
@@ -201,8 +202,8 @@ class FairPolicy(Policy):
         self._now = now
         return self.picker.pick(now, blocked)
 
-    def expire(self, now: float) -> list[tuple[Request, str]]:
-        out: list[tuple[Request, str]] = []
+    def expire(self, now: float) -> list[tuple[Request, Reason]]:
+        out: list[tuple[Request, Reason]] = []
         while True:
             expired = self.urgency.next_expired(now)
             if expired is None:
