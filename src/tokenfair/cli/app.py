@@ -13,7 +13,8 @@ import typer
 
 from .common import USER_ERRORS, error_message, fail, report_skipped
 from .sim_fleet import fleet_config
-from .workload_options import Shaping, resolve_inputs, with_shaping_options
+from .options import options_in_place
+from .workload_options import ShapingOptions, resolve_inputs
 from ..contracts.contract import ContractError, contract_schema, load_contract
 from ..workloads.scenarios import SCENARIOS
 
@@ -37,7 +38,7 @@ def _main_options(version: bool = typer.Option(False, "--version", callback=_pri
     """Contract-driven fair scheduling for multi-tenant LLM serving."""
 
 @app.command()
-@with_shaping_options
+@options_in_place
 def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '.join(SCENARIOS)}) or trace path"),
              policy: str = typer.Option("fair", help="scheduling policy"),
              contract: Optional[Path] = typer.Option(None, help="contract YAML (default: the scenario's)"),
@@ -45,7 +46,7 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
              seed: int = typer.Option(0, help="seed for built-in scenarios and generators"),
              out: Path = typer.Option(..., help="output folder"),
              isolated: bool = typer.Option(True, help="also run isolated baselines for slowdown"),
-             shaping: Shaping = Shaping(),          # the options of SHAPING_OPTIONS
+             shaping: ShapingOptions = ShapingOptions(),   # --skip-bad-rows ... --remap-tenants
              replicas: Optional[int] = typer.Option(None, min=1, help="simulate a fleet of N engine replicas"),
              router: str = typer.Option("round-robin", help="fleet router: round-robin, least-loaded, kv-aware, "
                                                              "prefix-aware, locality"),

@@ -14,7 +14,8 @@ from typing import Optional
 import typer
 
 from .common import USER_ERRORS, error_message, fail, report_skipped
-from .workload_options import Shaping, resolve_inputs, with_shaping_options
+from .options import options_in_place
+from .workload_options import ShapingOptions, resolve_inputs
 from ..evaluation.compare import DEFAULT_POLICIES
 
 _DEFAULT = ",".join(DEFAULT_POLICIES)
@@ -50,7 +51,7 @@ def _policy_list(spec: str) -> list[str]:
     return names
 
 
-@with_shaping_options
+@options_in_place
 def compare(workload: str = typer.Argument(..., help="built-in scenario (hol, whale, flood, burst), trace name or trace path"),
             policies: str = typer.Option(_DEFAULT, help="comma-separated policies to compare"),
             contract: Optional[Path] = typer.Option(None, help="contract YAML (default: the scenario's)"),
@@ -58,7 +59,7 @@ def compare(workload: str = typer.Argument(..., help="built-in scenario (hol, wh
             seed: int = typer.Option(0, help="seed for built-in scenarios and generators"),
             out: Path = typer.Option(..., help="output folder: <out>/<policy>/..., <out>/report.html"),
             thresholds: Optional[Path] = typer.Option(None, help="release-gate thresholds YAML (default: built-in)"),
-            shaping: Shaping = Shaping()) -> None:   # the options of SHAPING_OPTIONS
+            shaping: ShapingOptions = ShapingOptions()) -> None:   # --skip-bad-rows ... --remap-tenants
     """Run several policies on the same workload; write each run, a side-by-side table and an
     HTML report with the release-gate verdict per policy."""
     from ..evaluation.compare import run_compare
