@@ -8,7 +8,7 @@ admitted, *whom* to evict and *how*, and tell it what was served so it can charg
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 from mypy_extensions import mypyc_attr
 
@@ -225,3 +225,14 @@ class Policy:
     def observe_step_time(self, step_s: float) -> None:
         """The time per decode step measured outside the policy (a gateway's backends' time
         per output token) replaces the policy's own estimate (default: it keeps none)."""
+
+
+def end_each_waiting(policy: Policy, now: float, end: Callable[[Request], None]) -> None:
+    """Take every waiting request out of ``policy`` in its pick order (no tenant blocked) and
+    hand each to ``end`` before the next pick (ending one may change the order of the rest)."""
+    while True:
+        req = policy.pick(now, set())
+        if req is None:
+            return
+        policy.take(req)
+        end(req)

@@ -43,7 +43,7 @@ from .arrival import arrive
 from .apply import Applier
 from .bulk import leading_decodes
 from .interface import SchedulerOutput, StepResult
-from .policy import Budget, Policy
+from .policy import Budget, Policy, end_each_waiting
 from .predictor import OnlinePredictor, Predictor
 from .running_pass import RunningPass
 from .state import RunningSet
@@ -205,14 +205,12 @@ class IterationScheduler:
         return nxt
 
     def fail_waiting(self, reason: Reason, now: float) -> None:
-        while True:
-            req = self.policy.pick(now, set())
-            if req is None:
-                return
-            self.policy.take(req)
+        """Nothing can ever admit what still waits: end it with ``reason``."""
+        def fail(req: Request) -> None:
             if req.status is Status.SWAPPED:
                 self.runs.pool.drop_swapped(req)
             self.applier.end(req, Status.FAILED, reason, now)
+        end_each_waiting(self.policy, now, fail)
 
     def check_invariants(self) -> None:
         self.runs.check(self.contract.engine.max_running)

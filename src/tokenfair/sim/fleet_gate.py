@@ -38,6 +38,7 @@ from ..core.reasons import Reason
 from ..core.request import Request, Status
 from ..sched import arrival
 from ..sched.gateway_round import begin_round, release_round
+from ..sched.policy import end_each_waiting
 from ..sched.predictor import OnlinePredictor
 from ..sched.registry import make_policy
 from .replica import Replica
@@ -169,9 +170,4 @@ class FleetGate:
 
     def fail_waiting(self, reason: Reason, now: float) -> None:
         """Nothing can ever release what still waits: end it with ``reason``."""
-        while True:
-            req = self.policy.pick(now, set())
-            if req is None:
-                return
-            self.policy.take(req)
-            self._end(req, Status.FAILED, reason, now)
+        end_each_waiting(self.policy, now, lambda req: self._end(req, Status.FAILED, reason, now))
