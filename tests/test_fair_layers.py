@@ -6,6 +6,7 @@ import math
 from tokenfair.contracts.contract import parse_contract
 from tokenfair.core.costmodel import Profile
 from tokenfair.core.kv import BlockPool
+from tokenfair.core.reasons import ReasonCode
 from tokenfair.core.request import Request, Status
 from tokenfair.sched.fair.admission import AdmissionControl
 from tokenfair.sched.fair.ordering import LazyHeap, best_head, order_key
@@ -39,7 +40,7 @@ def test_admission_bounds_queues_concurrency_rate_and_kv():
     control = AdmissionControl(CONTRACT, pool)
     capped = _tenant(control, "capped")
     capped.num_waiting = 2
-    assert control.on_arrival(capped, _req("q", 0, "capped")).startswith("queue_full")
+    assert control.on_arrival(capped, _req("q", 0, "capped")).code is ReasonCode.QUEUE_FULL
     capped.running.add(_req("r", 1, "capped"))
     assert not control.can_admit(capped, _req("s", 2, "capped"), 1, 10.0, 0.0)       # max_concurrency 1
     metered = _tenant(control, "metered")

@@ -8,6 +8,7 @@ import pytest
 from tokenfair.contracts.contract import parse_contract
 from tokenfair.core.costmodel import Profile
 from tokenfair.core.kv import BlockPool
+from tokenfair.core.reasons import ReasonCode
 from tokenfair.core.request import Request, Status
 from tokenfair.sched.fair.accounting import Accounting
 from tokenfair.sched.fair.admission import AdmissionControl
@@ -311,7 +312,7 @@ def test_urgency_expires_infeasible_deadlines_and_picks_victims():
     assert urg.estimate_service_s(late) == PROFILE.step_s([(2000, 0)], 0, 0) + 500 * 0.02
     assert urg.next_expired(0.0) is None
     expired = urg.next_expired(2.0)                       # ~10.4 s of service cannot end by 12 s
-    assert expired is not None and expired[0] is late and expired[1].startswith("deadline_infeasible")
+    assert expired is not None and expired[0] is late and expired[1].code is ReasonCode.DEADLINE_INFEASIBLE
     a.vtime, b.vtime = 50.0, 500.0                        # b is further over its share
     ra, rb = _req("ra", 1, "a"), _req("rb", 2, "b")
     for r in (ra, rb):
@@ -346,4 +347,4 @@ def test_wait_forecaster_sheds_only_after_warm_up_and_over_the_max_wait():
     assert fc.shed_reason(a, new, 0.0) is None and new.predicted_wait_s == 0.0   # no rate measured yet
     p.meter.add(a, "interactive", 100.0, 0.0)
     reason = fc.shed_reason(a, new, 100.0)                # ~100 x 2020 cost ahead at ~1000/s
-    assert reason is not None and reason.startswith("overloaded") and new.predicted_wait_s > 30.0
+    assert reason is not None and reason.code is ReasonCode.OVERLOADED and new.predicted_wait_s > 30.0

@@ -4,6 +4,7 @@ import pytest
 
 from tokenfair.contracts.contract import parse_contract
 from tokenfair.core.costmodel import Profile
+from tokenfair.core.reasons import ReasonCode
 from tokenfair.runtime.intake import make_request
 from tokenfair.runtime.loop import VirtualClock, run
 from tokenfair.core.request import Status
@@ -154,7 +155,7 @@ def test_client_can_only_lower_priority_and_delay_deadline():
     req, _ = make_request(TraceRow("y", 1.0, "b", 10, 5, klass="interactive", priority=5, deadline_s=30), 1, c)
     assert req.priority == 5 and req.deadline_s == 31.0
     _, reject = make_request(TraceRow("z", 1.0, "a", 10, 5, klass="interactive"), 2, c)
-    assert reject and "class_not_allowed" in reject
+    assert reject is not None and reject.code is ReasonCode.CLASS_NOT_ALLOWED
 
 
 def test_aging_lets_low_class_through_and_overdue_served():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from heavy_light import write_heavy_light_trace
 from typer.testing import CliRunner
 
 from tokenfair.cli.app import app
@@ -22,14 +23,7 @@ STARVE = ("version: b-starve\ntenants:\n  heavy: {weight: 1, min_share: 0.9}\n"
 
 @pytest.fixture()
 def files(tmp_path):
-    rows = [{"request_id": f"h{k}", "arrival_s": k * 0.25, "tenant": "heavy", "prompt_tokens": 3000,
-             "output_tokens": 400} for k in range(120)]
-    rows += [{"request_id": f"l{k}", "arrival_s": 0.5 + k, "tenant": "light", "prompt_tokens": 200,
-              "output_tokens": 50} for k in range(30)]
-    rows.sort(key=lambda r: r["arrival_s"])
-    trace = tmp_path / "mixed.jsonl"
-    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = {"trace": trace}
+    out = {"trace": write_heavy_light_trace(tmp_path / "mixed.jsonl", 120, 30)}
     for name, text in (("base", BASE), ("ok", OK), ("starve", STARVE)):
         out[name] = tmp_path / f"{name}.yaml"
         out[name].write_text(text)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from tokenfair.evaluation.goodput import finished_tokens_by, goodput, in_time, outcomes, reason_code, vs_baseline
+from tokenfair.evaluation.goodput import finished_tokens_by, goodput, in_time, outcomes, vs_baseline
 from tokenfair.evaluation.metrics import entitled_shares
 from tokenfair.evaluation.overdue import overdue_split
 from tokenfair.evaluation.servicegaps import longest_gap_s, service_gaps, starvation
@@ -61,7 +61,8 @@ def test_goodput_counts_in_time_and_slo_tokens_of_finished_requests():
     assert g == {"finished_tokens": 385, "in_time_tokens": 165, "in_time_requests": 2, "slo_tokens": 165}
     assert not in_time(recs[2])
     assert outcomes(recs) == {"expired": {"deadline_infeasible": 1}, "rejected": {"overloaded": 1}}
-    assert reason_code(None) == reason_code("") == "unspecified"
+    stored = [rec("a", 0.0, None, 1.0, status="failed", reason=r) for r in (None, "", "http_502: bad gateway")]
+    assert outcomes(stored) == {"failed": {"other": 1, "unspecified": 2}}   # code_of's fallbacks
 
 
 def test_throughput_against_a_baseline_uses_one_horizon():

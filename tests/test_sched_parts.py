@@ -6,6 +6,7 @@ import pytest
 from tokenfair.contracts.contract import parse_contract
 from tokenfair.core.costmodel import load_profile
 from tokenfair.core.kv import BlockPool
+from tokenfair.core.reasons import Reason, ReasonCode
 from tokenfair.core.request import Request, Status
 from tokenfair.sched.admit import Admitter
 from tokenfair.sched.apply import Applier
@@ -114,12 +115,13 @@ def test_applier_applies_a_step_and_ends_requests_once():
         runs.pool.grow(r, 1)
     out = SchedulerOutput(decode=[a, b])
     ended = applier.update_from_output(out, StepResult(0.01), 1.0)
-    assert ended == [a] and (a.status, a.reason, a.finish_s) == (Status.FINISHED, "max_tokens", 1.0)
+    assert ended == [a] and (a.status, a.reason_code, a.reason, a.finish_s) == \
+        (Status.FINISHED, ReasonCode.MAX_TOKENS, "max_tokens", 1.0)
     assert runs.requests == [b] and b.num_output == 2 and a.blocks == 0
     assert out.decode_counts == ({"a": 1, "b": 1}, {"default": 2})
     assert applier.take_ended() == []
-    applier.end(b, Status.FAILED, "test", 2.0)
-    assert applier.take_ended() == [b] and b.reason == "test"
+    applier.end(b, Status.FAILED, Reason(ReasonCode.ENGINE_ERROR, "test"), 2.0)
+    assert applier.take_ended() == [b] and b.reason == "engine_error: test"
 
 
 def test_pool_mirrors_an_outside_allocator_in_place():

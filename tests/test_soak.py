@@ -34,12 +34,14 @@ def test_a_double_end_is_caught():
     from tokenfair.benchmarks.soak import _Soak
     from tokenfair.core.request import Status
 
+    from tokenfair.core.reasons import Reason, ReasonCode
+
     s = _Soak(SoakConfig(num_requests=3))
-    s.end(0, Status.FAILED, "x: y")
+    s.end(0, Status.FAILED, Reason(ReasonCode.ENGINE_ERROR, "y"))
     with pytest.raises(AssertionError, match="ended twice"):
-        s.end(0, Status.FAILED, "x: y")
+        s.end(0, Status.FAILED, Reason(ReasonCode.ENGINE_ERROR, "y"))
     with pytest.raises(AssertionError, match="without a reason"):
-        s.end(1, Status.FAILED, "")
+        s.end(1, Status.FAILED, None)
 
 
 def test_poisoned_request_fails_alone():
@@ -56,5 +58,5 @@ def test_poisoned_request_fails_alone():
     out = SchedulerOutput()
     out.prefill.extend((r, 10) for r in reqs)
     res = eng.execute(out)
-    assert len(res.failed) == 1 and res.failed[0][1].startswith("request_fault:")
+    assert len(res.failed) == 1 and res.failed[0][1].code.value == "request_fault"
     assert len(sim.true_lengths) == 4

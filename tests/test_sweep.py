@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from heavy_light import write_heavy_light_trace
 from typer.testing import CliRunner
 
 from tokenfair.cli.app import app
@@ -13,12 +14,7 @@ from tokenfair.contracts.sweep import GridError, load_grid
 
 @pytest.fixture()
 def setup(tmp_path):
-    rows = [{"request_id": f"h{k}", "arrival_s": k * 0.25, "tenant": "heavy", "prompt_tokens": 3000,
-             "output_tokens": 400} for k in range(80)]
-    rows += [{"request_id": f"l{k}", "arrival_s": 0.5 + k, "tenant": "light", "prompt_tokens": 200,
-              "output_tokens": 50} for k in range(20)]
-    rows.sort(key=lambda r: r["arrival_s"])
-    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_heavy_light_trace(tmp_path / "t.jsonl", 80, 20)
     (tmp_path / "base.yaml").write_text("version: s1\ntenants:\n  heavy: {weight: 1}\n  light: {weight: 1}\n"
                                         "admission: {shed_over_max_wait: false}\n")
     # light's token rate: 1e6 leaves it alone, 20/s starves it

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from tokenfair.contracts.contract import parse_contract
+from tokenfair.core.reasons import ReasonCode
 from tokenfair.integrations.vllm.bridge import PolicyBridge, identity
 from tokenfair.integrations.vllm.compat import VllmInterfaceError, check_vllm_version
 from tokenfair.integrations.vllm.settings import (VLLM_CPU_SMOLLM2, Settings, SettingsError, engine_budgets,
@@ -158,7 +159,7 @@ def test_victim_ranks_follow_the_policy():
     b.before_step(running, 100)
     victim = max(running, key=lambda v: (v.priority, 0))       # vLLM's priority-mode rule
     reqs = [b.by_id[v.request_id] for v in running]
-    expected = b.policy.preemption.choose(reqs, clock.t, b.policy.overshare)
+    expected = b.policy.preemption.choose(reqs, clock.t, b.policy.urgency.overshare)
     assert victim.request_id == expected.request_id and victim.request_id.startswith("b")
     assert len({v.priority for v in running}) == len(running)
 
@@ -166,7 +167,7 @@ def test_victim_ranks_follow_the_policy():
 def test_rejected_class_and_bad_settings(tmp_path, monkeypatch):
     b = bridge(contract={**CONTRACT, "tenants": {**CONTRACT["tenants"], "a": {"classes": ["batch"]}}})
     assert b.arrive(vreq("x", "a", klass="interactive")) is None
-    assert "class_not_allowed" in b.rejected["x"] and not b.by_id
+    assert b.rejected["x"].code is ReasonCode.CLASS_NOT_ALLOWED and not b.by_id
     monkeypatch.delenv("TOKENFAIR_CONTRACT", raising=False)
     kw = dict(max_running=8, token_budget=512, chunk_cap=0, num_blocks=64, block_size=16)
     with pytest.raises(SettingsError, match="tokenfair_contract"):
@@ -205,3 +206,57 @@ def test_prefill_budget_shaped_only_while_a_running_request_has_a_tpot_slo():
         budget = b.before_step(running, 200)
         full = b.contract.engine.prefill_token_budget
         assert (budget < full) == shaped, (klass, budget, full)
+
+
+URGENT_CONTRACT = {**CONTRACT, "tenants": {**CONTRACT["tenants"], "vip": {"classes": ["urgent"]}},
+                   "classes": {**CONTRACT["classes"], "urgent": {"priority": 30, "max_wait_s": 1.0}}}
+
+
+class FakeVllmScheduler:
+    """What ``urgent.preempt_for_urgent`` uses of vLLM's scheduler; ``_preempt_request`` does
+    what vLLM's does to the request and hands it back to the waiting queue (here the bridge)."""
+
+    def __init__(self, b: PolicyBridge, running: list) -> None:
+        self.tokenfair, self.running, self.max_num_running_reqs = b, running, 6
+        self.preempted: list[str] = []
+
+    def _preempt_request(self, v, timestamp: float) -> None:
+        v.status, v.num_computed_tokens, v.num_output_tokens = "PREEMPTED", 0, 0
+        v.num_preemptions += 1
+        self.preempted.append(v.request_id)
+        self.tokenfair.requeued(self.tokenfair.by_id[v.request_id], v, self.tokenfair.clock())
+
+
+def test_an_overdue_waiting_request_evicts_the_policys_victim():
+    """Six long batch requests fill the slots; a vip request (max_wait_s 1) waits.  Once it is
+    overdue the policy's victim is evicted through vLLM's preemption path, the vip request is
+    the head and can start; the victim waits again, nothing is lost; one eviction per cool-down."""
+    from tokenfair.integrations.vllm.urgent import blocked_head, preempt_for_urgent
+    clock = Clock()
+    b = bridge(URGENT_CONTRACT, clock=clock)
+    for i in range(6):
+        b.arrive(vreq(f"a{i}", "a" if i % 2 else "b", max_tokens=400))
+    running: list = []
+    while admit_next(b, running, set()) is not None:
+        pass
+    for _ in range(3):
+        run_step(b, running, clock)
+    sched = FakeVllmScheduler(b, running)
+    vip = b.arrive(vreq("vip", "vip", klass="urgent"))
+    b.before_step(running, 100)
+    assert blocked_head(b, len(running), 6, clock.t) is vip          # no free slot
+    assert not preempt_for_urgent(sched, clock.t)                    # not overdue yet: it waits
+    clock.t += 1.5
+    assert preempt_for_urgent(sched, clock.t)
+    assert len(running) == 5 and len(sched.preempted) == 1 and b.counts["urgent_preempted"] == 1
+    victim = b.by_id[sched.preempted[0]]
+    assert victim.status.value == "waiting" and victim.num_preemptions == 1 and victim.num_computed == 0
+    assert b.policy.pick(clock.t, set()) is vip and blocked_head(b, len(running), 6, clock.t) is None
+    admit_next(b, running, set())
+    assert running[-1].request_id == "vip"
+    assert not preempt_for_urgent(sched, clock.t)                    # nothing blocked and urgent now
+    while running or b.policy.num_waiting():
+        while len(running) < 6 and admit_next(b, running, set()) is not None:
+            pass
+        run_step(b, running, clock)
+    assert b.counts["finished"] == 7 and not b.by_id

@@ -16,7 +16,7 @@ COMPILED_MODULES = (
     "tokenfair.runtime.intake", "tokenfair.core.exactfloat", "tokenfair.core.stepcost",
     "tokenfair.sched.interface", "tokenfair.sched.policy", "tokenfair.sched.predictor",
     "tokenfair.sched.state", "tokenfair.sched.apply", "tokenfair.sched.admit",
-    "tokenfair.sched.bulk", "tokenfair.sched.decode", "tokenfair.sched.running_pass",
+    "tokenfair.sched.bulk", "tokenfair.sched.decode", "tokenfair.sched.running_pass", "tokenfair.sched.arrival",
     "tokenfair.sched.scheduler", "tokenfair.sched.baselines.fifo",
     "tokenfair.sched.baselines.classic", "tokenfair.sched.baselines.vtc",
     "tokenfair.sched.fair.tenant", "tokenfair.sched.fair.ordering",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tokenfair.engine.bench import hf_model_from_loaded
 from tokenfair.engine.loader import (
     build_model,
     default_gguf_path,
@@ -46,35 +47,6 @@ def smollm2():
     return load_default_model()
 
 
-def _hf_model_from(loaded):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    c = loaded.config
-    hf_config = LlamaConfig(
-        vocab_size=c.vocab_size,
-        hidden_size=c.hidden_size,
-        intermediate_size=c.intermediate_size,
-        num_hidden_layers=c.num_layers,
-        num_attention_heads=c.num_heads,
-        num_key_value_heads=c.num_kv_heads,
-        head_dim=c.head_dim,
-        rope_theta=c.rope_theta,
-        rms_norm_eps=c.rms_norm_eps,
-        max_position_embeddings=c.max_position,
-        tie_word_embeddings=c.tie_embeddings,
-        bos_token_id=c.bos_token_id,
-        eos_token_id=list(c.eos_token_ids),
-    )
-    with torch.device("meta"):
-        model = LlamaForCausalLM(hf_config)
-    state = {("lm_head.weight" if k == "lm_head.weight" else f"model.{k}"): v for k, v in loaded.state_dict.items()}
-    model.load_state_dict(state, strict=False, assign=True)
-    model.tie_weights()
-    model.model.rotary_emb = type(model.model.rotary_emb)(hf_config)  # rebuild meta buffers
-    assert not any(p.is_meta for p in model.parameters())
-    return model.eval()
-
-
 def test_tokenizer_and_chat_template(smollm2):
     text = smollm2.apply_chat_template([{"role": "user", "content": "Hi"}])
     assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>assistant\n")
@@ -86,7 +58,8 @@ def test_tokenizer_and_chat_template(smollm2):
 
 @pytest.mark.slow
 def test_smollm2_greedy_matches_transformers(smollm2):
-    hf_model = _hf_model_from(smollm2)
+    hf_model = hf_model_from_loaded(smollm2)         # the engine benchmark's reference model
+    assert not any(p.is_meta for p in hf_model.parameters())
     prompts = {
         "france": smollm2.encode(
             smollm2.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}])

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 KEYS = {"a": "key-a", "b": "key-b", "c": "key-c", "r": "key-r"}
 WEIGHTS = {"a": 1.0, "b": 2.0, "c": 3.0, "r": 1.0}
 RATE = {"tokens_per_s": 300.0, "burst_tokens": 60.0}     # tenant r, in cost units
@@ -25,12 +23,3 @@ def cost(c, prompt_tokens: float, output_tokens: float) -> float:
 def keyring(c):
     from tokenfair.serve.auth import KeyRing
     return KeyRing(c)
-
-
-def wait_until(cond, timeout_s: float = 10.0, every_s: float = 0.02) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(every_s)
-    return bool(cond())

@@ -22,7 +22,8 @@ from tokenfair.cli.app import app
 
 from tokenfair.fleet.rehearsal import FleetSpec, closed_loop, start_fleet
 
-from fleet_helpers import KEYS, contract, cost, keyring, wait_until
+from concurrency import wait_until
+from fleet_helpers import KEYS, contract, cost, keyring
 
 
 def health(url: str) -> dict:

@@ -21,7 +21,8 @@ from tokenfair.fleet.sync import RecentService, SharedView
 from tokenfair.serve.auth import hash_key
 from tokenfair.serve.contract_live import label_of
 
-from fleet_helpers import KEYS, RATE, WEIGHTS, contract, keyring, wait_until
+from concurrency import wait_until
+from fleet_helpers import KEYS, RATE, WEIGHTS, contract, keyring
 
 ADMIN_KEY = "fleet-admin-key"
 

@@ -1,4 +1,4 @@
-"""Fixtures for the HTTP service tests: a tiny random Llama (as in tests/engine), a contract
+"""Fixtures for the HTTP service tests: a tiny random Llama (``tests/tiny_model.py``), a contract
 with API keys, and real uvicorn servers on free loopback ports in background threads."""
 
 from __future__ import annotations
@@ -7,43 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
+from concurrency import wait_until
+from tiny_model import make_tiny_llama
 
-CORPUS = [
-    "the quick brown fox jumps over the lazy dog",
-    "a paged kv cache stores keys and values in fixed size blocks",
-    "fair scheduling shares tokens between tenants 0123456789",
-    "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n",
-]
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 KEYS = {"a": "key-a", "b": "key-b", "q": "key-q", "r": "key-r", "heavy": "key-heavy", "light": "key-light"}
-
-
-def make_tiny_llama(folder: Path, seed: int = 1234) -> None:
-    """A tiny random LlamaForCausalLM (+ tokenizer.json) saved to ``folder`` (max 256 positions)."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tokenizer.train_from_iterator(CORPUS * 4, trainer)
-    config = LlamaConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=256, rope_theta=500.0, rms_norm_eps=1e-5,
-                         tie_word_embeddings=False, bos_token_id=0, eos_token_id=2, pad_token_id=0)
-    model = LlamaForCausalLM(config).eval()
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in sorted(model.named_parameters()):
-            scale = 0.1 if name.endswith("norm.weight") else 0.15
-            base = 1.0 if name.endswith("norm.weight") else 0.0
-            param.copy_(base + scale * torch.randn(param.shape, generator=generator))
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder, safe_serialization=True)
-    tokenizer.save(str(folder / "tokenizer.json"))
 
 
 @pytest.fixture(scope="session")
@@ -83,15 +50,6 @@ def auth(tenant: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {KEYS[tenant]}"}
 
 
-def wait_until(cond, timeout_s: float = 10.0, every_s: float = 0.01) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(every_s)
-    return cond()
-
-
 def start_serve(model_dir: Path, contract=None, grace_s: float = 5.0, kv_tokens: int = 4096, **kw):
     from tokenfair.serve.app import create_app
     from tokenfair.serve.auth import KeyRing
@@ -119,8 +77,10 @@ def assert_retry_after_honoured(service, url: str, key: str, monkeypatch) -> Non
     import httpx
     import openai
 
+    from tokenfair.core.reasons import Reason, ReasonCode
+
     door = service.door_check
-    refusals = [("rate_limited: tenant 'a' is over its token rate; retry after ~1s", 1.0)]
+    refusals = [(Reason(ReasonCode.RATE_LIMITED, "tenant 'a' is over its token rate; retry after ~1s"), 1.0)]
     monkeypatch.setattr(service, "door_check", lambda req, now: refusals.pop() if refusals else door(req, now))
     sent: list[float] = []
     answers: list[tuple[int, str | None]] = []

@@ -10,6 +10,7 @@ import time
 from types import SimpleNamespace
 
 from tokenfair.core.costmodel import Profile
+from tokenfair.core.reasons import Reason, ReasonCode
 from tokenfair.core.request import Status
 from tokenfair.runtime.intake import make_request
 from tokenfair.sched.registry import make_policy
@@ -150,7 +151,7 @@ def test_worker_cancel_of_a_waiting_request_ends_it_at_once(h):
     async def scenario():
         job = submit(worker, contract, "r0", "a", max_tokens=4)
         with worker.lock:
-            worker.abort_locked(job.req, "client_disconnected: gone", worker.now())
+            worker.abort_locked(job.req, Reason(ReasonCode.CLIENT_DISCONNECTED, "gone"), worker.now())
             done = worker.drain_ended()
         worker.publish([], done, threadsafe=False)
         return await events_of(job)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from gateway_parts_helpers import backends, book_for, job
+from tokenfair.core.reasons import Reason, ReasonCode
 from tokenfair.core.request import Status
 from tokenfair.serve.jobs import Failed
 
@@ -16,9 +17,9 @@ def test_book_ends_a_job_once_records_it_and_scrubs_backend_addresses(h):
     j = job(h.service_contract())
     j.req.scheduled_s = 0.0
     book.add(j)
-    book.end(j, Status.FAILED, "backend_error: x", Failed(502, f"{bs[0].url} broke", "backend_error"),
+    book.end(j, Status.FAILED, Reason(ReasonCode.BACKEND_ERROR, "x"), Failed(502, f"{bs[0].url} broke", "backend_error"),
              http_status=502)
-    book.end(j, Status.FINISHED, "again")                       # a second end does nothing
+    book.end(j, Status.FINISHED, Reason(ReasonCode.COMPLETED, "again"))                       # a second end does nothing
     assert not book.jobs and j.ended and j.req.status is Status.FAILED
     assert records == [("r1", Status.FAILED, {"endpoint": "completion", "finish_reason": None, "http_status": 502})]
     assert book.policy.calls == [("on_finish", "r1")] and wakes == [1]
@@ -33,17 +34,17 @@ def test_book_requeues_within_max_retries_then_fails(h):
     j.req.status = Status.RUNNING
     book.add(j)
     book.running.add(j)
-    book.requeue_or_fail(j, bs[0], "backend_status: 503", 503)
+    book.requeue_or_fail(j, bs[0], Reason(ReasonCode.BACKEND_STATUS, "503"), 503)
     assert j.req.status is Status.WAITING and j.retries == 1 and j.req.num_preemptions == 1
     assert j not in book.running and preempted == ["a"] and book.policy.calls == [("enqueue", "r1")]
-    book.requeue_or_fail(j, bs[0], "backend_status: 503", 503)            # retries spent
+    book.requeue_or_fail(j, bs[0], Reason(ReasonCode.BACKEND_STATUS, "503"), 503)            # retries spent
     assert j.req.status is Status.FAILED and records[0][2]["http_status"] == 503
     ev = j.q.get_nowait()
     assert isinstance(ev, Failed) and ev.status == 503 and ev.code == "backend_status"
     closing_book, _, _, _ = book_for(bs, closing=True)                   # stopping: never re-queued
     k = job(h.service_contract(), rid="r2")
     closing_book.add(k)
-    closing_book.requeue_or_fail(k, bs[0], "backend_unavailable: gone", 503)
+    closing_book.requeue_or_fail(k, bs[0], Reason(ReasonCode.BACKEND_UNAVAILABLE, "gone"), 503)
     assert k.req.status is Status.FAILED and k.retries == 0
 
 
@@ -71,9 +72,9 @@ def test_book_proxy_done_frees_the_slot_and_ends_by_how_the_task_ended(h):
             j.task = asyncio.ensure_future(coro())
             await asyncio.sleep(0)
             if requeue:
-                book.drain_backend(b, "backend_unavailable: backend 1 stopped answering (x)")
+                book.drain_backend(b, Reason(ReasonCode.BACKEND_UNAVAILABLE, "backend 1 stopped answering (x)"))
             elif coro is never:
-                j.cancel_reason = "client_disconnected: gone"
+                j.cancel_reason = Reason(ReasonCode.CLIENT_DISCONNECTED, "gone")
                 j.task.cancel()
             await asyncio.gather(j.task, return_exceptions=True)
             book.proxy_done(j, b, 10, j.task)

@@ -24,7 +24,7 @@ def test_prober_marks_down_after_n_failures_backs_off_and_comes_back_up():
     clock, wakes, drained = Clock(), [], []
     cfg = HealthConfig(probe_failures_down=2, probe_interval_s=1.0, max_probe_backoff_s=5.0)
     prober = HealthProber(bs, cfg, None, now=clock, wake=lambda: wakes.append(1),
-                          drain=lambda b, reason: drained.append((b.name, reason)))
+                          drain=lambda b, reason: drained.append((b.name, reason.text)))
     b = bs[0]
 
     async def scenario():
@@ -61,7 +61,7 @@ def test_prober_backend_key_401_is_a_failure_only_with_a_key():
         bs = backends(1)
         down = []
         prober = HealthProber(bs, HealthConfig(probe_failures_down=1), key, now=Clock(), wake=lambda: None,
-                              drain=lambda b, reason: down.append(reason))
+                              drain=lambda b, reason: down.append(reason.text))
 
         async def scenario():
             async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:

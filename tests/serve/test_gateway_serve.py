@@ -4,10 +4,10 @@ against a ``serve`` instance and against the gateway, all over real HTTP on 127.
 from __future__ import annotations
 
 import json
-import threading
 
 import httpx
 import pytest
+from concurrency import call_at_once
 
 from tokenfair.workloads.workload import TraceRow
 
@@ -83,18 +83,11 @@ def test_gateway_errors(stack, h):
 def test_gateway_spreads_over_both_backends(stack, h):
     gt, gw = stack["gt"], stack["gw"]
     before = [len(s.records.items) for s, _ in stack["serve"]]
-    results = []
 
     def call(i):
-        r = httpx.post(gt.url + "/v1/completions", timeout=60, headers=h.auth("a" if i % 2 else "b"),
-                       json={"prompt": f"fair scheduling {i}", "max_tokens": 24, "ignore_eos": True})
-        results.append(r.status_code)
-    threads = [threading.Thread(target=call, args=(i,)) for i in range(10)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert results == [200] * 10
+        return httpx.post(gt.url + "/v1/completions", timeout=60, headers=h.auth("a" if i % 2 else "b"),
+                          json={"prompt": f"fair scheduling {i}", "max_tokens": 24, "ignore_eos": True}).status_code
+    assert call_at_once(call, 10, 60) == [200] * 10
     after = [len(s.records.items) for s, _ in stack["serve"]]
     assert all(a > b for a, b in zip(after, before)), (before, after)
     text = httpx.get(gt.url + "/metrics").text

@@ -8,6 +8,7 @@ import time
 
 import httpx
 import pytest
+from concurrency import call_at_once
 
 from tokenfair.serve.gateway import AdaptiveWindow, WindowConfig, normalize_backend_url
 
@@ -83,18 +84,11 @@ def test_failover_requeues_to_live_backend(h):
     gw, st = _gateway(h, [doomed.url, live.url])
     with st:
         doomed.stop()                      # goes away after the gateway saw it up
-        codes = []
 
-        def call():
-            r = httpx.post(st.url + "/v1/completions", headers=h.auth("a"), timeout=30,
-                           json={"prompt": "x y", "max_tokens": 3})
-            codes.append(r.status_code)
-        threads = [threading.Thread(target=call) for _ in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
-        assert codes == [200] * 6
+        def call(i):
+            return httpx.post(st.url + "/v1/completions", headers=h.auth("a"), timeout=30,
+                              json={"prompt": "x y", "max_tokens": 3}).status_code
+        assert call_at_once(call, 6, 30) == [200] * 6
         assert not gw.backends[0].up and gw.backends[1].up
         assert sum(r["preemptions"] for r in gw.records.items) >= 1      # retried elsewhere
         assert all(r["status"] == "finished" for r in gw.records.items)

@@ -8,6 +8,8 @@ import threading
 import httpx
 import pytest
 
+from tokenfair.core.reasons import ReasonCode, code_of
+
 TIMEOUT = httpx.Timeout(30.0)
 
 
@@ -173,6 +175,11 @@ def test_class_clamping_and_403(serve_stack, h):
     body = {"prompt": "fair scheduling", "max_tokens": 2}
     r = httpx.post(st.url + "/v1/completions", json=body, headers={**h.auth("b"), "x-tokenfair-class": "realtime"})
     assert r.status_code == 403 and r.json()["error"]["code"] == "class_not_allowed"
+    # status, body code, record and metric label all come from the request's one ReasonCode
+    rec = [x for x in list(svc.records.items) if x["tenant"] == "b" and x["class"] == "realtime"][-1]
+    assert code_of(rec["reason"]) is ReasonCode.CLASS_NOT_ALLOWED and rec["http_status"] == 403
+    assert r.json()["error"]["message"] == rec["reason"] == "class_not_allowed: tenant 'b' may not use class 'realtime'"
+    assert 'tokenfair_rejections_total{reason="class_not_allowed",tenant="b"}' in svc.metrics.render().decode()
     # a tenant's default class comes from the contract
     r = httpx.post(st.url + "/v1/completions", json=body, headers=h.auth("b"), timeout=TIMEOUT)
     assert r.status_code == 200 and r.headers["x-tokenfair-class"] == "batch"

@@ -4,9 +4,9 @@ the saturation-driven window reading vLLM's own /metrics."""
 from __future__ import annotations
 
 import json
-import threading
 
 import httpx
+from concurrency import call_at_once
 
 PROMPT = "Write one sentence about the sea."
 
@@ -70,17 +70,11 @@ def test_gateway_window_reads_vllm_saturation(vllm_servers, vh):
 
     stock = vllm_servers["stock"]
     gw, st = vh.start_gateway(stock.url)
-    codes: list[int] = []
     with st:
-        def call(i: int) -> None:
-            r = httpx.post(st.url + "/v1/completions", headers=vh.auth("heavy_a"), timeout=300,
-                           json={"prompt": f"{i}: {PROMPT}", "max_tokens": 8, "ignore_eos": True})
-            codes.append(r.status_code)
-        threads = [threading.Thread(target=call, args=(i,)) for i in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(300)
+        def call(i: int) -> int:
+            return httpx.post(st.url + "/v1/completions", headers=vh.auth("heavy_a"), timeout=300,
+                              json={"prompt": f"{i}: {PROMPT}", "max_tokens": 8, "ignore_eos": True}).status_code
+        codes = call_at_once(call, 16, 300)
         w = gw.backends[0].window
         assert isinstance(w, SaturationWindow) and w.supported and w.reading is not None
         assert w.increases >= 1

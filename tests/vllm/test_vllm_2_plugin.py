@@ -110,3 +110,19 @@ def test_held_back_by_concurrency_quota_not_lost(vllm_servers):
     spans = sorted((r.first_token_s, r.token_s[-1]) for r in res)
     for (_, end), (start, _) in zip(spans, spans[1:]):
         assert start >= end - 0.05                          # never two at once
+
+
+def test_an_overdue_request_evicts_a_running_one(vllm_servers, vh):
+    """Six long requests fill the plugin's six slots; a request of class ``urgent``
+    (max_wait_s 0.5) arriving 1 s later starts once overdue, by evicting the policy's victim
+    through vLLM's own preemption (recomputed later, finished), instead of waiting for a slot
+    to free (as long as the long requests take)."""
+    res = run_burst(vllm_servers["plugin"].url, [TenantLoad("long", MAX_NUM_SEQS, 5, 160),
+                                                 TenantLoad("vip", 1, 1, 8, start_s=1.0, klass="urgent")])
+    assert [r.status for r in res] == ["finished"] * (MAX_NUM_SEQS + 1), [r.reason for r in res]
+    vip = next(r for r in res if r.tenant == "vip")
+    first_free = min(r.token_s[-1] for r in res if r.tenant == "long")     # a slot's natural end
+    assert vip.first_token_s < first_free, (vip.first_token_s, first_free)
+    recs = [r for r in vh.read_records(vllm_servers["records"]) if r["tenant"] in ("long", "vip")]
+    assert sum(r["preemptions"] for r in recs if r["tenant"] == "long") >= 1, recs
+    assert all(r["status"] == "finished" for r in recs) and len(recs) == MAX_NUM_SEQS + 1

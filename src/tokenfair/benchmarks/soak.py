@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from ..contracts.contract import Contract, parse_contract
 from ..core.costmodel import load_profile
 from ..runtime.intake import make_request
+from ..core.reasons import NEVER_ADMITTED, Reason, ReasonCode
 from ..core.request import Request, Status
 from ..sched.interface import SchedulerOutput, StepResult
 from ..sched.registry import make_policy
@@ -39,7 +40,7 @@ from ..sched.scheduler import IterationScheduler
 from ..sim.engine import SimEngine
 from ..workloads.workload import WorkloadError, row_from_mapping
 
-DISCONNECT = "client_disconnected: the client closed the connection (injected)"
+DISCONNECT = Reason(ReasonCode.CLIENT_DISCONNECTED, "the client closed the connection (injected)")
 TENANTS = ("acme", "globex", "initech", "umbrella")
 
 
@@ -91,9 +92,9 @@ class FaultyEngine:
             return res
         draw = self.rng.random()
         if draw < self.p_step_failure:
-            failed = [(r, "engine_error: injected step failure") for r in in_step]
+            failed = [(r, Reason(ReasonCode.ENGINE_ERROR, "injected step failure")) for r in in_step]
         elif draw < self.p_step_failure + self.p_poison:
-            failed = [(self.rng.choice(in_step), "request_fault: injected poisoned request")]
+            failed = [(self.rng.choice(in_step), Reason(ReasonCode.REQUEST_FAULT, "injected poisoned request"))]
         else:
             return res
         gone = {id(r) for r, _ in failed}
@@ -142,31 +143,31 @@ class _Soak:
         self.cancel_running: list[Request] = []
         self.rep = SoakReport(num_requests=cfg.num_requests)
 
-    def end(self, i: int, status: Status, reason: str) -> None:
+    def end(self, i: int, status: Status, reason: Reason | None) -> None:
         assert not self.ended[i], f"request {i} ended twice"
-        assert reason, f"request {i} ended without a reason"
+        assert reason is not None, f"request {i} ended without a reason"
         self.ended[i] = 1
         self.rep.by_status[status.value] += 1
         if status is not Status.FINISHED:
-            self.rep.by_code[reason.split(":", 1)[0]] += 1
+            self.rep.by_code[reason.code.value] += 1
 
     def collect(self, reqs: list[Request]) -> None:
         for req in reqs:
             i = req.seq
             if self.live.pop(i, None) is None:
                 continue                                   # already counted (never happens twice)
-            self.end(i, req.status, req.reason or "")
+            self.end(i, req.status, req.end_reason)
             self.sim.forget(req)
 
     def arrive(self, i: int, now: float) -> None:
         try:
             row = row_from_mapping(_record(i, self.rng, now, self.cfg), f"record {i}")
         except WorkloadError as err:
-            self.end(i, Status.REJECTED, f"invalid_row: {err}")
+            self.end(i, Status.REJECTED, Reason(ReasonCode.INVALID_ROW, str(err)))
             return
         req, reject = make_request(row, i, self.contract)
         if reject is None and row.prompt_tokens + 1 > self.capacity_tokens:
-            reject = "prompt_exceeds_kv_capacity"
+            reject = Reason(ReasonCode.PROMPT_EXCEEDS_KV_CAPACITY)
         if reject is not None:
             self.end(i, Status.REJECTED, reject)
             return
@@ -198,7 +199,7 @@ class _Soak:
             self.collect(out.aborted + self._drain())
             wake = min(sched.policy_wakeup(now), next_arrival)
             if wake == float("inf"):
-                sched.fail_waiting("unschedulable: no resource can ever admit it", now)
+                sched.fail_waiting(NEVER_ADMITTED, now)
                 self.collect(self._drain())
                 return now
             return max(now, wake)

@@ -3,6 +3,7 @@ place and the fix; nothing prints a traceback for a user error."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -10,18 +11,11 @@ from typing import Optional
 
 import typer
 
-from .common import (
-    USER_ERRORS,
-    error_message,
-    fail,
-    report_skipped,
-    resolve_contract,
-    resolve_workload,
-    shape_workload,
-)
+from .common import USER_ERRORS, error_message, fail, report_skipped
 from .sim_fleet import fleet_config
+from .options import options_in_place
+from .workload_options import ShapingOptions, resolve_inputs
 from ..contracts.contract import ContractError, contract_schema, load_contract
-from ..core.costmodel import load_profile
 from ..workloads.scenarios import SCENARIOS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -44,6 +38,7 @@ def _main_options(version: bool = typer.Option(False, "--version", callback=_pri
     """Contract-driven fair scheduling for multi-tenant LLM serving."""
 
 @app.command()
+@options_in_place
 def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '.join(SCENARIOS)}) or trace path"),
              policy: str = typer.Option("fair", help="scheduling policy"),
              contract: Optional[Path] = typer.Option(None, help="contract YAML (default: the scenario's)"),
@@ -51,13 +46,7 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
              seed: int = typer.Option(0, help="seed for built-in scenarios and generators"),
              out: Path = typer.Option(..., help="output folder"),
              isolated: bool = typer.Option(True, help="also run isolated baselines for slowdown"),
-             skip_bad_rows: bool = typer.Option(False, help="count and skip unusable trace rows"),
-             start_s: Optional[float] = typer.Option(None, help="keep arrivals from this time (s)"),
-             end_s: Optional[float] = typer.Option(None, help="keep arrivals before this time (s)"),
-             rate_scale: Optional[float] = typer.Option(None, help="multiply the arrival rate"),
-             spread_tenants: Optional[int] = typer.Option(None, min=1, help="spread requests over N tenants"),
-             max_requests: Optional[int] = typer.Option(None, min=1, help="keep the first N requests"),
-            remap_tenants: Optional[Path] = typer.Option(None, help="YAML/JSON mapping old tenant -> new"),
+             shaping: ShapingOptions = ShapingOptions(),   # --skip-bad-rows ... --remap-tenants
              replicas: Optional[int] = typer.Option(None, min=1, help="simulate a fleet of N engine replicas"),
              router: str = typer.Option("round-robin", help="fleet router: round-robin, least-loaded, kv-aware, "
                                                              "prefix-aware, locality"),
@@ -71,12 +60,7 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
     from ..runtime.output import summary_table, write_run
     from ..sim.simulate import simulate as run_sim
     try:
-        wl, default_contract = resolve_workload(workload, seed, skip_bad_rows=skip_bad_rows)
-        wl = shape_workload(wl, start_s=start_s, end_s=end_s, rate_scale=rate_scale,
-                            spread_tenants=spread_tenants, max_requests=max_requests, seed=seed,
-                            remap_tenants=remap_tenants)
-        c = resolve_contract(contract, default_contract)
-        prof = load_profile(profile)
+        wl, c, prof = resolve_inputs(workload, seed, shaping, contract, profile)
         from ..sched.registry import make_policy
         make_policy(policy)
         fleet = None if replicas is None else fleet_config(wl, c, prof, replicas, router, fleet_policy,
@@ -183,34 +167,35 @@ def bench_sim_cmd(workload: str = typer.Argument("azure:conv"),
                        f"peak RSS {r['peak_rss_mb']:.0f} MB  core={r['core']}")
 
 
+# the commands and groups the other cli modules define, in the order ``--help`` lists them:
+# (the Typer it joins, its name, "module:attribute" in tokenfair.cli)
+_COMMANDS = (
+    (app, "compare", "compare:compare"), (app, "demo", "compare:demo"),
+    (app, "serve", "serve:serve"), (app, "gateway", "serve:gateway"), (app, "load", "serve:load"),
+    (app, "run", "engine:run"), (app, "calibrate", "engine:calibrate"), (app, "fidelity", "engine:fidelity"),
+    (app, "gate", "contracts:gate"), (app, "shadow", "shadow:shadow"), (app, "sweep", "shadow:sweep"),
+    (app, "fake-backend", "fleet:fake_backend"),
+    (contract_app, "apply", "contracts:contract_apply"), (contract_app, "history", "contracts:contract_history"),
+    (contract_app, "show", "contracts:contract_show"), (contract_app, "diff", "contracts:contract_diff"),
+    (contract_app, "rollback", "contracts:contract_rollback"), (contract_app, "push", "live:contract_push"),
+    (contract_app, "live", "live:contract_live"), (contract_app, "live-rollback", "live:contract_live_rollback"),
+    (bench_app, "engine", "engine:bench_engine"), (bench_app, "fleet", "fleet:bench_fleet"),
+    (bench_app, "fleet-latency", "fleet:bench_fleet_latency"), (bench_app, "vllm", "vllm:bench_vllm"),
+    (bench_app, "shedding", "shedding:bench_shedding_cmd"), (bench_app, "fleet-sim", "sim_fleet:bench_fleet_cmd"),
+)
+_GROUPS = ((app, "keys", "keys:keys_app"), (app, "fleet", "fleet:fleet_app"))
+
+
+def _cli_attribute(ref: str):
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), attr)
+
+
 def _register_optional() -> None:
-    from .compare import compare, demo
-    app.command("compare")(compare)
-    app.command("demo")(demo)
-    from .keys import keys_app
-    app.add_typer(keys_app, name="keys")
-    from .serve import gateway, load, serve
-    app.command("serve")(serve)
-    app.command("gateway")(gateway)
-    app.command("load")(load)
-    from .engine import bench_engine, calibrate, fidelity, run
-    app.command("run")(run)
-    app.command("calibrate")(calibrate)
-    app.command("fidelity")(fidelity)
-    bench_app.command("engine")(bench_engine)
-    from .contracts import register as register_contracts
-    register_contracts(app, contract_app)
-    from .fleet import bench_fleet, bench_fleet_latency, fake_backend, fleet_app
-    app.add_typer(fleet_app, name="fleet")
-    app.command("fake-backend")(fake_backend)
-    bench_app.command("fleet")(bench_fleet)
-    bench_app.command("fleet-latency")(bench_fleet_latency)
-    from .vllm import bench_vllm
-    bench_app.command("vllm")(bench_vllm)
-    from .shedding import bench_shedding_cmd
-    bench_app.command("shedding")(bench_shedding_cmd)
-    from .sim_fleet import bench_fleet_cmd
-    bench_app.command("fleet-sim")(bench_fleet_cmd)
+    for parent, name, ref in _COMMANDS:
+        parent.command(name)(_cli_attribute(ref))
+    for parent, name, ref in _GROUPS:
+        parent.add_typer(_cli_attribute(ref), name=name)
 
 
 _register_optional()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 import typer
 
@@ -15,7 +15,7 @@ from ..workloads.workload import Workload, WorkloadError, read_trace
 USER_ERRORS = (ContractError, WorkloadError, ProfileError, KeyError, ValueError, FileNotFoundError)
 
 
-def fail(msg: str) -> None:
+def fail(msg: str) -> NoReturn:
     typer.echo(f"error: {msg}", err=True)
     raise typer.Exit(2)
 

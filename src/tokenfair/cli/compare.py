@@ -13,15 +13,9 @@ from typing import Optional
 
 import typer
 
-from .common import (
-    USER_ERRORS,
-    error_message,
-    fail,
-    report_skipped,
-    resolve_contract,
-    resolve_workload,
-    shape_workload,
-)
+from .common import USER_ERRORS, error_message, fail, report_skipped
+from .options import options_in_place
+from .workload_options import ShapingOptions, resolve_inputs
 from ..evaluation.compare import DEFAULT_POLICIES
 
 _DEFAULT = ",".join(DEFAULT_POLICIES)
@@ -57,6 +51,7 @@ def _policy_list(spec: str) -> list[str]:
     return names
 
 
+@options_in_place
 def compare(workload: str = typer.Argument(..., help="built-in scenario (hol, whale, flood, burst), trace name or trace path"),
             policies: str = typer.Option(_DEFAULT, help="comma-separated policies to compare"),
             contract: Optional[Path] = typer.Option(None, help="contract YAML (default: the scenario's)"),
@@ -64,27 +59,15 @@ def compare(workload: str = typer.Argument(..., help="built-in scenario (hol, wh
             seed: int = typer.Option(0, help="seed for built-in scenarios and generators"),
             out: Path = typer.Option(..., help="output folder: <out>/<policy>/..., <out>/report.html"),
             thresholds: Optional[Path] = typer.Option(None, help="release-gate thresholds YAML (default: built-in)"),
-            skip_bad_rows: bool = typer.Option(False, help="count and skip unusable trace rows"),
-            start_s: Optional[float] = typer.Option(None, help="keep arrivals from this time (s)"),
-            end_s: Optional[float] = typer.Option(None, help="keep arrivals before this time (s)"),
-            rate_scale: Optional[float] = typer.Option(None, help="multiply the arrival rate"),
-            spread_tenants: Optional[int] = typer.Option(None, min=1, help="spread requests over N tenants"),
-            max_requests: Optional[int] = typer.Option(None, min=1, help="keep the first N requests"),
-            remap_tenants: Optional[Path] = typer.Option(None, help="YAML/JSON mapping old tenant -> new")) -> None:
+            shaping: ShapingOptions = ShapingOptions()) -> None:   # --skip-bad-rows ... --remap-tenants
     """Run several policies on the same workload; write each run, a side-by-side table and an
     HTML report with the release-gate verdict per policy."""
     from ..evaluation.compare import run_compare
     from ..evaluation.table import compare_table
-    from ..core.costmodel import load_profile
     from ..evaluation.thresholds import load_thresholds
     try:
         names = _policy_list(policies)
-        wl, default_contract = resolve_workload(workload, seed, skip_bad_rows=skip_bad_rows)
-        wl = shape_workload(wl, start_s=start_s, end_s=end_s, rate_scale=rate_scale,
-                            spread_tenants=spread_tenants, max_requests=max_requests, seed=seed,
-                            remap_tenants=remap_tenants)
-        c = resolve_contract(contract, default_contract)
-        prof = load_profile(profile)
+        wl, c, prof = resolve_inputs(workload, seed, shaping, contract, profile)
         gate = load_thresholds(thresholds)
     except USER_ERRORS as err:
         fail(error_message(err))

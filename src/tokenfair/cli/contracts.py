@@ -1,5 +1,6 @@
-"""The contract's life on the command line: ``contract apply/history/show/diff/rollback``,
-``gate``, ``shadow`` and ``sweep`` (registered on the app by :func:`register`).
+"""The contract's life on the command line: ``contract apply/history/show/diff/rollback`` and
+``gate`` here, ``shadow`` and ``sweep`` in :mod:`tokenfair.cli.shadow` (all registered on the
+app by :mod:`tokenfair.cli.app`).
 
 Bad input (a contract, a store, a trace, a thresholds or grid file) exits with status 2 and a
 message naming the place and the fix; ``gate`` and ``sweep`` exit 1 when a threshold is
@@ -9,40 +10,23 @@ breached (each one named).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional
 
 import typer
 
 from .common import USER_ERRORS, error_message, fail, sim_inputs
 
+if TYPE_CHECKING:
+    from ..contracts.store import ContractStore, Entry
+
 STORE_HELP = "contract store folder (plain files; keep it in git)"
-
-
-def register(app: typer.Typer, contract_app: typer.Typer) -> None:
-    contract_app.command("apply")(contract_apply)
-    contract_app.command("history")(contract_history)
-    contract_app.command("show")(contract_show)
-    contract_app.command("diff")(contract_diff)
-    contract_app.command("rollback")(contract_rollback)
-    from .live import contract_live, contract_live_rollback, contract_push
-    contract_app.command("push")(contract_push)
-    contract_app.command("live")(contract_live)
-    contract_app.command("live-rollback")(contract_live_rollback)
-    app.command("gate")(gate)
-    from .shadow import shadow, sweep
-    app.command("shadow")(shadow)
-    app.command("sweep")(sweep)
 
 
 def contract_apply(path: Path = typer.Argument(..., help="contract YAML with a version: label"),
                    store: Path = typer.Option(..., help=STORE_HELP),
                    message: str = typer.Option("", "--message", "-m", help="why this change")) -> None:
     """Validate a contract and record it as the current version of the store."""
-    from ..contracts.store import ContractStore
-    try:
-        e = ContractStore(store).apply(path, message)
-    except USER_ERRORS as err:
-        fail(error_message(err))
+    e = _change_store(store, lambda s: s.apply(path, message))
     typer.echo(f"applied {e.version}@{e.hash} at {e.time} (previous: {e.previous or 'none'})")
 
 
@@ -102,12 +86,18 @@ def contract_rollback(version: Optional[str] = typer.Argument(None, help="versio
                       store: Path = typer.Option(..., help=STORE_HELP),
                       message: str = typer.Option("", "--message", "-m", help="why")) -> None:
     """Make an earlier version current again (recorded in the history)."""
+    e = _change_store(store, lambda s: s.rollback(version, message))
+    typer.echo(f"rolled back to {e.version}@{e.hash} (from {e.previous})")
+
+
+def _change_store(store: Path, change: Callable[[ContractStore], Entry]) -> Entry:
+    """``change`` applied to the contract store in ``store`` (its history records it); a
+    user error exits 2."""
     from ..contracts.store import ContractStore
     try:
-        e = ContractStore(store).rollback(version, message)
+        return change(ContractStore(store))
     except USER_ERRORS as err:
         fail(error_message(err))
-    typer.echo(f"rolled back to {e.version}@{e.hash} (from {e.previous})")
 
 
 def gate(traces: List[str] = typer.Argument(..., help="traces: built-in scenario, public trace name or file"),

@@ -6,6 +6,8 @@ made with ``nested`` holds another such dataclass, whose options appear in its p
 options several commands share are declared once).  :func:`options_command` turns
 ``f(opts)`` into the function typer registers: its signature lists the fields in order, so
 ``--help`` shows them as declared, and typer's values arrive as one frozen object.
+:func:`options_in_place` does the same for one parameter (or more) of a command whose other
+parameters are plain typer ones.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ import typer
 T = TypeVar("T")
 
 
-def option(default: Any, help: str, *names: str) -> Any:
-    """A dataclass field that is also a typer option (``default`` ``...``: required)."""
-    return dataclasses.field(default=default, metadata={"typer": typer.Option(default, *names, help=help)})
+def option(default: Any, help: str, *names: str, **checks: Any) -> Any:
+    """A dataclass field that is also a typer option (``default`` ``...``: required; ``checks``:
+    typer's own, such as ``min=1``)."""
+    return dataclasses.field(default=default, metadata={"typer": typer.Option(default, *names, help=help, **checks)})
 
 
 def nested(cls: type) -> Any:
@@ -53,19 +56,50 @@ def build(cls: type[T], values: dict[str, Any]) -> T:
     return cls(**kw)
 
 
+def _check_unique(params: list[inspect.Parameter], where: str) -> list[inspect.Parameter]:
+    names = [p.name for p in params]
+    if len(set(names)) != len(names):
+        raise TypeError(f"{where}: an option is declared twice: {names}")
+    return params
+
+
+def _typer_command(run: Callable[..., None], params: list[inspect.Parameter],
+                   call: Callable[[dict[str, Any]], None]) -> Callable[..., None]:
+    """What typer registers for ``run``: the signature ``params``; typer's values go to ``call``."""
+    @functools.wraps(run)
+    def command(**values: Any) -> None:
+        call(values)
+
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {}
+    del command.__wrapped__              # typer reads the signature above, not run's
+    return command
+
+
 def options_command(cls: type[T]) -> Callable[[Callable[[T], None]], Callable[..., None]]:
     """Decorator: ``run(opts: cls)`` as a typer command with ``cls``'s options (the module docstring)."""
-    names = [p.name for p in parameters(cls)]
-    if len(set(names)) != len(names):
-        raise TypeError(f"{cls.__name__}: an option is declared twice: {names}")
+    params = _check_unique(parameters(cls), cls.__name__)
 
     def wrap(run: Callable[[T], None]) -> Callable[..., None]:
-        @functools.wraps(run)
-        def command(**values: Any) -> None:
-            run(build(cls, values))
-
-        command.__signature__ = inspect.Signature(parameters(cls))  # type: ignore[attr-defined]
-        command.__annotations__ = {}
-        del command.__wrapped__              # typer reads the signature above, not run's
-        return command
+        return _typer_command(run, params, lambda values: run(build(cls, values)))
     return wrap
+
+
+def options_in_place(run: Callable[..., None]) -> Callable[..., None]:
+    """Decorator: a typer command whose parameters typed as an options dataclass (``shaping:
+    ShapingOptions = ShapingOptions()``) list that class's options in their place and receive
+    them as one frozen object; its other parameters stay as typer reads them."""
+    hints = typing.get_type_hints(run)
+    groups = {name: cls for name, cls in hints.items() if dataclasses.is_dataclass(cls)}
+    plain: list[str] = []
+    params: list[inspect.Parameter] = []
+    for p in inspect.signature(run).parameters.values():
+        if p.name in groups:
+            params += parameters(groups[p.name])
+        else:
+            plain.append(p.name)
+            params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints[p.name]))
+
+    def call(values: dict[str, Any]) -> None:
+        run(**{name: values[name] for name in plain}, **{name: build(cls, values) for name, cls in groups.items()})
+    return _typer_command(run, _check_unique(params, run.__name__), call)

@@ -18,10 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+Model = TypeVar("Model", bound=BaseModel)
 
 
 class ContractError(ValueError):
@@ -230,15 +233,21 @@ def format_errors(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def parse_contract(data: object, source: str = "<contract>") -> Contract:
+def parse_mapping(model: type[Model], data: object, source: str, what: str, error: type[ValueError]) -> Model:
+    """``model`` validated from a YAML document's top-level mapping (None: empty); anything
+    else, or an invalid field, raises ``error`` naming ``source`` (and ``what`` the document is)."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ContractError(f"{source}: the contract must be a YAML mapping at the top level")
+        raise error(f"{source}: {what} must be a YAML mapping at the top level")
     try:
-        return Contract.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as err:
-        raise ContractError(format_errors(err, source)) from None
+        raise error(format_errors(err, source)) from None
+
+
+def parse_contract(data: object, source: str = "<contract>") -> Contract:
+    return parse_mapping(Contract, data, source, "the contract", ContractError)
 
 
 def read_yaml(path: str | Path, what: str, error: type[ValueError]) -> object:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import enum
 from collections import _count_elements     # type: ignore[attr-defined]  # C: counts into a dict
 
+from .reasons import Reason, ReasonCode
+
 
 class Status(str, enum.Enum):
     WAITING = "waiting"
@@ -42,7 +44,7 @@ class Request:
     __slots__ = (
         "request_id", "seq", "tenant", "klass", "arrival_s", "prompt_tokens", "max_tokens",
         "deadline_s", "order_deadline_s", "priority", "aging_rate", "max_wait_s", "preemptible",
-        "predicted_output", "status", "reason", "num_computed", "num_output", "num_preemptions",
+        "predicted_output", "status", "end_reason", "num_computed", "num_output", "num_preemptions",
         "scheduled_s", "first_token_s", "finish_s", "last_preempt_s", "enqueued_s",
         "consecutive_prefill", "blocks", "charged", "recomputed_tokens", "swapped_bytes",
         "ttft_slo_s", "tpot_slo_s", "payload", "qtoken", "used_cost", "predicted_wait_s",
@@ -73,7 +75,7 @@ class Request:
         self.payload = payload  # engine-side data (token ids, sampling params); never read by policy
         self.predicted_output = 1
         self.status = Status.WAITING
-        self.reason = ""
+        self.end_reason: Reason | None = None   # why it ended: set with its terminal status, never before
         self.num_computed = 0          # tokens whose KV exists (prompt + generated, minus lost)
         self.num_output = 0            # generated tokens so far
         self.num_preemptions = 0
@@ -91,6 +93,18 @@ class Request:
         self.used_cost = 0.0           # cost actually served (never counts recomputation)
         self.qtoken = 0                # bumped on every enqueue/dequeue; lazy heap entries carry it
         self.last_held_step = -2       # the scheduler step in which its decode last gave way
+
+    @property
+    def reason(self) -> str:
+        """Why it ended, as records and HTTP error bodies show it (``"code: detail"``; "" until
+        it ends).  Code that decides on it reads ``reason_code``."""
+        r = self.end_reason
+        return "" if r is None else r.text
+
+    @property
+    def reason_code(self) -> ReasonCode | None:
+        r = self.end_reason
+        return None if r is None else r.code
 
     @property
     def num_tokens(self) -> int:

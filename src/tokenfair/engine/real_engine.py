@@ -30,6 +30,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ..core.reasons import Reason, ReasonCode
 from ..core.request import Request
 from ..sched.interface import SchedulerOutput, StepResult
 from .kv_cache import CacheFullError
@@ -151,13 +152,13 @@ class RealEngine:
             if st is None:
                 continue
             if st.kv_lost:
-                failures.fail(st, "swap_in: KV lost (host pool was full at swap-out)")
+                failures.fail(st, Reason(ReasonCode.SWAP_IN, "KV lost (host pool was full at swap-out)"))
                 continue
             try:
                 swap_s += self.runner.swap_in(st.seq_id).seconds
                 self._on_host.discard(st.seq_id)
             except (CacheFullError, KeyError) as err:
-                failures.fail(st, f"swap_in: {err}")
+                failures.fail(st, Reason(ReasonCode.SWAP_IN, str(err)))
         for req, mode in late:
             swap_s += self._evict(req, mode)
         return swap_s
@@ -185,7 +186,7 @@ class RealEngine:
                 if reason is None and st.payload is not None and st.payload.on_token is not None:
                     st.payload.on_token(token, None)
             except Exception as err:  # noqa: BLE001 - a stop-string/tokenizer/callback error is the request's
-                fail(st, f"request_error: {type(err).__name__}: {err}")
+                fail(st, Reason(ReasonCode.REQUEST_ERROR, f"{type(err).__name__}: {err}"))
                 continue
             if reason is not None:
                 finished.append(st.req)

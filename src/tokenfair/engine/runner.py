@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from ..core.reasons import Reason, ReasonCode
 from .attention import AttentionGroup, AttentionMetadata, DecodeStage, build_attention_group
 from .buckets import decode_buckets, prefill_buckets
 from .kv_cache import CacheFullError, PagedKVCache, TransferStats
@@ -49,7 +50,7 @@ class StepOutput:
     logits: torch.Tensor | None = field(default=None, repr=False)  # [num sampled, vocab]
     # seq_id -> reason: sampled items that got no token because of their own fault (NaN
     # logits, a seed the generator refuses); their KV for this step is written
-    failed: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, Reason] = field(default_factory=dict)
 
 
 class ModelRunner:
@@ -162,7 +163,7 @@ class ModelRunner:
                           failed)
 
     @staticmethod
-    def _non_finite_rows(logits: torch.Tensor, items: list[SeqWork]) -> dict[str, str]:
+    def _non_finite_rows(logits: torch.Tensor, items: list[SeqWork]) -> dict[str, Reason]:
         """The sampled sequences whose logits row holds a NaN or an infinity (their token
         would be garbage): one reduction over the step's logits."""
         if not items:
@@ -170,10 +171,10 @@ class ModelRunner:
         finite = torch.isfinite(logits).all(dim=-1)
         if bool(finite.all()):
             return {}
-        return {items[i].seq_id: "non_finite_logits: the model produced NaN/inf logits for this request"
-                for i in (~finite).nonzero().flatten().tolist()}
+        why = Reason(ReasonCode.NON_FINITE_LOGITS, "the model produced NaN/inf logits for this request")
+        return {items[i].seq_id: why for i in (~finite).nonzero().flatten().tolist()}
 
-    def _samplers(self, items: list[SeqWork], failed: dict[str, str]):
+    def _samplers(self, items: list[SeqWork], failed: dict[str, Reason]):
         """Per sampled row its params and generator; a row whose generator cannot be made (a
         seed the generator refuses) is failed in ``failed`` and sampled greedily."""
         params: list[SamplingParams] = []
@@ -182,7 +183,7 @@ class ModelRunner:
             try:
                 generator = None if w.seq_id in failed else self._generator_for(w)
             except (ValueError, RuntimeError, OverflowError, TypeError) as err:
-                failed[w.seq_id] = f"invalid_sampling: {type(err).__name__}: {err}"
+                failed[w.seq_id] = Reason(ReasonCode.INVALID_SAMPLING, f"{type(err).__name__}: {err}")
                 generator = None
             greedy = w.seq_id in failed
             params.append(GREEDY if greedy else w.sampling)

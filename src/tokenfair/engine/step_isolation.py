@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..core.reasons import Reason, ReasonCode
 from .runner import ModelRunner, SeqWork
 
 MAX_RETRY_STEPS = 64   # bound on extra forward passes for one step (then the rest fail together)
@@ -29,7 +30,7 @@ MAX_RETRY_STEPS = 64   # bound on extra forward passes for one step (then the re
 @dataclass
 class IsolatedStep:
     sampled: dict[str, int] = field(default_factory=dict)   # seq_id -> token
-    failed: dict[str, str] = field(default_factory=dict)    # seq_id -> reason
+    failed: dict[str, Reason] = field(default_factory=dict)  # seq_id -> reason
     num_retries: int = 0                                     # forward passes beyond the first
     num_parts_ran: int = 0                                   # 0: every forward pass raised
 
@@ -60,8 +61,8 @@ def run_isolated(runner: ModelRunner, batch: list[SeqWork], engine_ok: bool = Fa
         res.sampled.update(out.sampled)
         res.failed.update(out.failed)
     # the others ran: the error is this request's own; nothing ran: the engine's
-    code = "request_fault" if num_ran or engine_ok else "engine_error"
+    code = ReasonCode.REQUEST_FAULT if num_ran or engine_ok else ReasonCode.ENGINE_ERROR
     res.num_parts_ran = num_ran
-    res.failed.update({seq_id: f"{code}: {text}" for seq_id, text in raised.items()})
+    res.failed.update({seq_id: Reason(code, text) for seq_id, text in raised.items()})
     res.num_retries = max(0, attempts - 1)
     return res

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..core.reasons import Reason, ReasonCode
 from ..core.request import Request
 from ..sched.interface import SchedulerOutput
 from .kv_cache import PagedKVCache
@@ -17,12 +18,12 @@ class StepFailures:
     """The step's failed requests, each once, in the order they failed; ``finish`` ends the
     request in the engine (frees its KV) the first time it fails."""
 
-    def __init__(self, finish: Callable[[EngineSeq, str], None]) -> None:
+    def __init__(self, finish: Callable[[EngineSeq, Reason], None]) -> None:
         self.finish = finish
-        self.failed: list[tuple[Request, str]] = []
+        self.failed: list[tuple[Request, Reason]] = []
         self.failed_ids: set[str] = set()
 
-    def fail(self, st: EngineSeq, reason: str) -> None:
+    def fail(self, st: EngineSeq, reason: Reason) -> None:
         if st.seq_id in self.failed_ids:
             return
         self.failed_ids.add(st.seq_id)
@@ -30,7 +31,7 @@ class StepFailures:
         self.finish(st, reason)
 
     def unknown(self, req: Request) -> None:
-        self.failed.append((req, "engine: unknown request (never added)"))
+        self.failed.append((req, Reason(ReasonCode.ENGINE, "unknown request (never added)")))
 
 
 def work_items(out: SchedulerOutput, seqs: dict[str, EngineSeq], cache: PagedKVCache, max_pos: int,
@@ -51,18 +52,18 @@ def work_items(out: SchedulerOutput, seqs: dict[str, EngineSeq], cache: PagedKVC
             st.tokens = synthetic_prompt(st.seq_id, st.num_prompt)
         start = req.num_computed
         if st.num_prompt + st.target > max_pos:
-            failures.fail(st, f"exceeds_model_context: {st.num_prompt} prompt + {st.target} output tokens "
-                              f"> {max_pos} positions")
+            failures.fail(st, Reason(ReasonCode.EXCEEDS_MODEL_CONTEXT, f"{st.num_prompt} prompt + {st.target} "
+                                                                       f"output tokens > {max_pos} positions"))
             continue
         ids = st.tokens[start:start + n]
         if len(ids) != n or cache.is_swapped(st.seq_id) or cache.num_tokens(st.seq_id) != start:
-            failures.fail(st, f"engine_state_mismatch: scheduler feeds {n} tokens at {start}, engine holds "
-                              f"{len(st.tokens)} tokens, {cache.num_tokens(st.seq_id)} cached")
+            failures.fail(st, Reason(ReasonCode.ENGINE_STATE_MISMATCH, f"scheduler feeds {n} tokens at {start}, "
+                              f"engine holds {len(st.tokens)} tokens, {cache.num_tokens(st.seq_id)} cached"))
             continue
         items.append((st, SeqWork(st.seq_id, ids, start, start + n == len(st.tokens), st.sampling)))
     need = [cache.blocks_needed(w.seq_id, len(w.token_ids)) for _, w in items]
     while items and sum(need) > cache.num_free_blocks:
         st, _ = items.pop()
         need.pop()
-        failures.fail(st, f"kv_cache_full: engine has {cache.num_free_blocks} free blocks")
+        failures.fail(st, Reason(ReasonCode.KV_CACHE_FULL, f"engine has {cache.num_free_blocks} free blocks"))
     return items

@@ -4,8 +4,9 @@
   within their class's max wait (a request of a class without one: finished);
 * *SLO goodput*: prompt + output tokens of finished requests that met their TTFT and TPOT
   SLOs (and their deadline, if any) -- ``metrics.meets_slo``;
-* *outcomes*: every request that did not finish, counted by status and reason code (the
-  reason's text before its first ':'; e.g. ``rejected.overloaded``);
+* *outcomes*: every request that did not finish, counted by status and reason code (a
+  :class:`~tokenfair.core.reasons.ReasonCode` value read from the record's reason by
+  :func:`~tokenfair.core.reasons.code_of`; e.g. ``rejected.overloaded``);
 * *finished tokens by a horizon*: the prompt + output tokens of the requests finished by
   time ``h``; two policies' throughput on one workload is compared as their finished tokens
   by the same horizon (the earlier of their last finishes), not as tokens per second of each
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-NO_REASON = "unspecified"
+from ..core.reasons import code_of
 
 
 def tokens(rec: dict) -> int:
@@ -30,18 +31,12 @@ def in_time(rec: dict) -> bool:
     return limit is None or rec["first_token_s"] - rec["arrival_s"] <= limit
 
 
-def reason_code(reason: str | None) -> str:
-    if not reason:
-        return NO_REASON
-    return reason.split(":", 1)[0].strip() or NO_REASON
-
-
 def outcomes(recs: list[dict]) -> dict[str, dict[str, int]]:
     """status -> reason code -> count, for every request that did not finish."""
     out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for r in recs:
         if r["status"] != "finished":
-            out[r["status"]][reason_code(r["reason"])] += 1
+            out[r["status"]][code_of(r["reason"]).value] += 1
     return {s: dict(sorted(c.items())) for s, c in sorted(out.items())}
 
 

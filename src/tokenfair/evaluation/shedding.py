@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
-from .goodput import reason_code
+from ..core.reasons import ReasonCode, code_of
 from ..workloads.workload import Workload
 
-SHED_REASON = "overloaded"
+SHED_REASON = ReasonCode.OVERLOADED
 
 
 def waited_past(rec: dict) -> bool:
@@ -33,7 +33,7 @@ def waited_past(rec: dict) -> bool:
 
 
 def shed(rec: dict) -> bool:
-    return rec["status"] == "rejected" and reason_code(rec["reason"]) == SHED_REASON
+    return rec["status"] == "rejected" and code_of(rec["reason"]) is SHED_REASON
 
 
 def _ratio(num: int, den: int) -> float | None:

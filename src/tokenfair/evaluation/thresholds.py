@@ -23,9 +23,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from ..contracts.contract import format_errors, read_yaml
+from ..contracts.contract import parse_mapping, read_yaml
 
 
 class ThresholdsError(ValueError):
@@ -126,14 +126,7 @@ class Check:
 
 
 def parse_thresholds(data: object, source: str = "<thresholds>") -> Thresholds:
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ThresholdsError(f"{source}: the thresholds file must be a YAML mapping at the top level")
-    try:
-        return Thresholds.model_validate(data)
-    except ValidationError as err:
-        raise ThresholdsError(format_errors(err, source)) from None
+    return parse_mapping(Thresholds, data, source, "the thresholds file", ThresholdsError)
 
 
 def load_thresholds(path: str | Path | None = None) -> Thresholds:

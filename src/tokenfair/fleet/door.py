@@ -12,12 +12,6 @@ from __future__ import annotations
 from .sync import SharedView
 
 
-def queued_cost(t) -> float:
-    """A fair-policy tenant's queued predicted cost (a float, or per class)."""
-    qc = t.queued_cost
-    return sum(qc.values()) if isinstance(qc, dict) else float(qc)
-
-
 def fleet_bucket(view: SharedView | None, local, healthy: bool, tenant: str, rate: float, burst: float,
                  now: float, mono_now: float) -> float | None:
     """The tenant's bucket level as the fleet's decisions see it (None: not known: the

@@ -33,13 +33,16 @@ import asyncio
 import time
 from dataclasses import dataclass, fields
 
+from ..core.reasons import Reason, ReasonCode
 from ..core.request import Status
+from ..sched.fair.adopt import adopt_tags
+from ..sched.fair.policy import FairPolicy
 from ..serve.gateway import Gateway
 from ..serve.gateway_backend import GatewayJob
 from ..serve.gateway_dispatch import IDLE_POLL_S
 from ..serve.gateway_window import Backend
 from .client import FleetClient
-from .door import door_wait_s, fleet_bucket, queued_cost
+from .door import door_wait_s, fleet_bucket
 from .gateway_sync import GatewaySync
 from .model import REASON_RATE, REASON_WINDOW, DispatchAsk, Heartbeat
 
@@ -57,6 +60,9 @@ class FleetGateway(Gateway):
 
     def __init__(self, *args, fleet: FleetClient, **kw) -> None:
         super().__init__(*args, **kw)
+        if not isinstance(self.policy, FairPolicy):
+            raise ValueError("--redis: a fleet shares the fair policy's tags; use --policy fair")
+        self.fair_policy: FairPolicy = self.policy
         self.fleet = fleet
         # in place: the gateway's parts (dispatcher, prober, job book) hold this list
         self.backends[:] = [FleetBackend(**{f.name: getattr(b, f.name) for f in fields(b)}) for b in self.backends]
@@ -83,7 +89,8 @@ class FleetGateway(Gateway):
         return f"{self.contract.version}@{self.contract.content_hash}"
 
     def _heartbeat(self) -> Heartbeat:
-        queue = {n: t.num_waiting for n, t in self.policy.tenants.items() if t.num_waiting > 0}
+        snap = self.fair_policy.snapshot(self.now())
+        queue = {n: v.num_waiting for n, v in snap.tenants.items() if v.num_waiting > 0}
         return Heartbeat(gateway=self.fleet.gateway_id, ttl_s=0.0, lease_ttl_s=0.0, contract=self._contract_tag(),
                          queue=queue, running=len(self.running))
 
@@ -98,14 +105,7 @@ class FleetGateway(Gateway):
     def _sync_tags(self) -> None:
         """The fleet's tags and V into the local policy (re-keying the tenants that moved)."""
         view = self.fleet.view
-        wfq = self.policy.wfq
-        if view.vtime > wfq.vnow:
-            wfq.vnow = view.vtime
-        for name, t in self.policy.tenants.items():
-            s = view.tags.get(name)
-            if s is not None and s != t.vtime:
-                t.vtime = s
-                wfq.update(t)
+        adopt_tags(self.fair_policy, view.vtime, view.tags)
         counts = self.fleet.backend_inflight()
         for b in self.backends:
             b.fleet_inflight = counts.get(b.name, 0)
@@ -114,15 +114,16 @@ class FleetGateway(Gateway):
         spec = self.contract.tenant(req.tenant)
         rl = spec.rate_limit
         prompt = self.wp * req.prompt_tokens
-        backlog = tuple(n for n, t in self.policy.tenants.items() if t.num_waiting > 0)
+        snap = self.fair_policy.snapshot(self.now())
+        assert snap.wfq_credit is not None        # a fair policy keeps a virtual-time queue
         return DispatchAsk(op_id=self.fleet.next_id("d"), lease_id=self.fleet.next_id("l"),
                            gateway=self.fleet.gateway_id, tenant=req.tenant, weight=spec.weight,
                            cost_pred=prompt + self.wd * req.predicted_output,
                            cost_max=prompt + self.wd * max(req.max_tokens, req.predicted_output),
                            rate=rl.tokens_per_s if rl else 0.0, burst=rl.burst_tokens if rl else 0.0,
                            max_concurrency=spec.max_concurrency or 0, backend=b.name, window=b.window.limit,
-                           lease_ttl_s=self.fleet.lease_ttl_s, credit=self.policy.wfq.credit, klass=req.klass,
-                           check_ahead=spec.min_share == 0, backlog=backlog)
+                           lease_ttl_s=self.fleet.lease_ttl_s, credit=snap.wfq_credit, klass=req.klass,
+                           check_ahead=spec.min_share == 0, backlog=snap.backlogged())
 
     async def _round(self) -> None:
         now = self.now()
@@ -184,14 +185,15 @@ class FleetGateway(Gateway):
         if level is None:
             return super().door_check(req, now)
         elsewhere = self.sync.view.queued_elsewhere.get(req.tenant, 0.0) if self.fleet.healthy else 0.0
-        wait = door_wait_s(level, queued_cost(self.policy.tenant(req.tenant, now)), elsewhere, rl.tokens_per_s)
+        view = self.fair_policy.tenant_view(req.tenant, now)
+        wait = door_wait_s(level, view.queued_cost if view is not None else 0.0, elsewhere, rl.tokens_per_s)
         limit = adm.shed_margin * req.max_wait_s
         if wait <= limit:
             return None
         scope = "fleet-wide" if self.fleet.healthy else f"this gateway's share ({self.fleet.local.share:.2g})"
-        return (f"rate_limited: tenant {req.tenant!r} token rate limit ({rl.tokens_per_s:g}/s, {scope}) admits "
-                f"this request in ~{wait:.1f}s > {limit:.1f}s (class {req.klass!r}); retry after "
-                f"~{wait - limit:.0f}s", wait - limit)
+        return (Reason(ReasonCode.RATE_LIMITED, f"tenant {req.tenant!r} token rate limit ({rl.tokens_per_s:g}/s, "
+                       f"{scope}) admits this request in ~{wait:.1f}s > {limit:.1f}s (class {req.klass!r}); "
+                       f"retry after ~{wait - limit:.0f}s"), wait - limit)
 
     def ratelimit_headers(self, tenant: str, retry_after: float) -> dict[str, str]:
         h = super().ratelimit_headers(tenant, retry_after)

@@ -11,7 +11,6 @@ import logging
 
 from .client import LIVE_FACTOR, redis_errors
 from .contract_sync import ContractSync
-from .door import queued_cost
 from .sync import RecentService, SharedView, ViewReader, apply_recent
 
 log = logging.getLogger("tokenfair.fleet")
@@ -24,7 +23,8 @@ class GatewaySync:
         self.fleet = fleet
         self.reader = ViewReader(fleet.redis, fleet.fleet, fleet.gateway_id)
         self.contracts = ContractSync(fleet.redis, fleet.fleet, gateway)
-        tau = float(getattr(gateway.policy, "share_tau_s", 10.0))
+        tau = gateway.fair_policy.snapshot(gateway.now()).share_tau_s
+        assert tau is not None                    # a fair policy keeps a share meter
         self.recent = RecentService(tau)          # per tenant, fleet-wide
         self.class_recent = RecentService(tau)    # per class, fleet-wide
         self.view: SharedView | None = None       # None until the first read
@@ -62,7 +62,8 @@ class GatewaySync:
 
     async def refresh(self) -> None:
         gw, fleet = self.gateway, self.fleet
-        queued = {n: queued_cost(t) for n, t in getattr(gw.policy, "tenants", {}).items() if t.num_waiting > 0}
+        with gw.policy_lock:
+            queued = gw.fair_policy.snapshot(gw.now()).queued_costs()
         view = await asyncio.wait_for(self.reader.read(queued, LIVE_FACTOR * fleet.heartbeat_s, gw.now()),
                                       fleet.timeout_s)
         self.view = view
@@ -71,7 +72,7 @@ class GatewaySync:
         self.recent.update(view.svc, now)
         self.class_recent.update(view.class_svc, now)
         with gw.policy_lock:
-            apply_recent(gw.policy, self.recent, self.class_recent, now)
+            apply_recent(gw.fair_policy, self.recent, self.class_recent, now)
         await asyncio.wait_for(self.contracts.tick(view.contract, view.contract_seq), fleet.timeout_s)
 
     async def _loop(self) -> None:

@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..sched.fair.adopt import adopt_recent
+from ..sched.fair.policy import FairPolicy
 from .redis_store import fleet_prefix
 from .sync_scripts import VIEW
 
@@ -110,7 +112,7 @@ class ViewReader:
         return parse_view(await self._view(keys=[], args=args), read_s)
 
 
-def apply_recent(policy, tenants: RecentService, classes: RecentService, now: float) -> bool:
+def apply_recent(policy: FairPolicy, tenants: RecentService, classes: RecentService, now: float) -> bool:
     """Give the fair policy the fleet's *proportions* of recent service: each tenant's and
     min-share class's share of the fleet's recent service (decayed to ``now``, the
     policy's clock), scaled to this gateway's own recent total.  The shares that the
@@ -121,15 +123,4 @@ def apply_recent(policy, tenants: RecentService, classes: RecentService, now: fl
         return False
     for r in (tenants, classes):
         r.update(r.cumulative, now)              # decay to now (no new increments)
-    fleet_total = sum(tenants.recent.values())
-    local_total = policy.meter.recent_total
-    if fleet_total <= 0 or local_total <= 0:
-        return False
-    scale = local_total / fleet_total
-    for name, t in policy.tenants.items():
-        t.recent = tenants.recent.get(name, 0.0) * scale
-        t.recent_t = now
-    meter = policy.meter
-    for k in meter.class_recent:
-        meter.class_recent[k] = classes.recent.get(k, 0.0) * scale
-    return True
+    return adopt_recent(policy, tenants.recent, classes.recent, now)

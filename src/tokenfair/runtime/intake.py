@@ -9,18 +9,19 @@ not want an answer after it) but gives no ordering advantage.
 from __future__ import annotations
 
 from ..contracts.contract import Contract
+from ..core.reasons import Reason, ReasonCode
 from ..core.request import Request, Status
 from ..workloads.workload import TraceRow
 
 DEFAULT_MAX_TOKENS = 32_768
 
 
-def make_request(row: TraceRow, seq: int, contract: Contract) -> tuple[Request, str | None]:
+def make_request(row: TraceRow, seq: int, contract: Contract) -> tuple[Request, Reason | None]:
     """The request for ``row`` and a rejection reason (None when the contract admits it)."""
     klass = contract.class_for(row.tenant, row.klass)
     reject = None
     if klass is None:
-        reject = f"class_not_allowed: tenant {row.tenant!r} may not use class {row.klass!r}"
+        reject = Reason(ReasonCode.CLASS_NOT_ALLOWED, f"tenant {row.tenant!r} may not use class {row.klass!r}")
         klass = row.klass or contract.default_class
     spec = contract.classes.get(klass) or contract.classes[contract.default_class]
     priority = spec.priority if row.priority is None else min(spec.priority, row.priority)
@@ -35,6 +36,6 @@ def make_request(row: TraceRow, seq: int, contract: Contract) -> tuple[Request, 
                   order_deadline_s=order_deadline, priority=priority, aging_rate=spec.aging_rate,
                   max_wait_s=spec.max_wait_s, preemptible=spec.preemptible,
                   ttft_slo_s=spec.ttft_slo_s, tpot_slo_s=spec.tpot_slo_s)
-    if reject:
+    if reject is not None:
         req.status = Status.WAITING
     return req, reject

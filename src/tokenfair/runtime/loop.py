@@ -22,6 +22,7 @@ from typing import Callable, Protocol, Sequence
 from ..contracts.contract import Contract
 from .intake import make_request
 from .recorder import Recorder
+from ..core.reasons import Reason, ReasonCode
 from ..core.request import Request
 from ..sched.interface import Engine
 from ..sched.scheduler import IterationScheduler
@@ -80,7 +81,7 @@ def run(rows: Sequence[TraceRow], contract: Contract, scheduler: IterationSchedu
             req, reject = make_request(row, i, contract)
             reqs.append(req)
             if reject is None and row.prompt_tokens + 1 > capacity_tokens:
-                reject = f"prompt_exceeds_kv_capacity: {row.prompt_tokens} tokens > {capacity_tokens}"
+                reject = Reason(ReasonCode.PROMPT_EXCEEDS_KV_CAPACITY, f"{row.prompt_tokens} tokens > {capacity_tokens}")
             if reject is not None:
                 scheduler.reject(req, reject, row.arrival_s)
             else:
@@ -100,14 +101,11 @@ def run(rows: Sequence[TraceRow], contract: Contract, scheduler: IterationSchedu
                 continue                      # hand over the arrivals due by now first
         out = scheduler.schedule(now)
         if out.is_empty and not out.preempted:
-            wake = scheduler.policy_wakeup(now)
-            nxt = min(rows[i].arrival_s if i < n else float("inf"), wake)
             if scheduler.running:
                 raise RuntimeError(f"scheduler produced an empty step with {len(scheduler.running)} running requests")
-            if nxt == float("inf"):
-                scheduler.fail_waiting("unschedulable: no resource can ever admit it", now)
-                continue
-            now = clock.idle_until(now, nxt)
+            nxt = scheduler.after_empty_step(now, rows[i].arrival_s if i < n else float("inf"))
+            if nxt != float("inf"):            # inf: the waiting requests failed (never admissible)
+                now = clock.idle_until(now, nxt)
             continue
         result = engine.execute(out)
         now = clock.after_step(now, result.duration_s)

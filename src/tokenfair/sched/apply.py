@@ -14,6 +14,7 @@ ends requests; it holds the terminal requests not yet collected.
 
 from __future__ import annotations
 
+from ..core.reasons import ENDED_BY_ENGINE, REACHED_MAX_TOKENS, Reason
 from ..core.request import Request, Status, count_names
 from .decode import advance_decodes
 from .interface import SchedulerOutput, StepResult
@@ -75,7 +76,7 @@ class Applier:
         runs.maybe_prefilling = [r for r, _ in out.prefill] + out.swapped_in + runs.step_stats[2]
         return self.take_ended()
 
-    def retire(self, failed: list[tuple[Request, str]], finished: list[Request],
+    def retire(self, failed: list[tuple[Request, Reason]], finished: list[Request],
                reached_max: list[Request], now: float) -> None:
         """End the step's failed, finished (engine) and ``max_tokens`` requests, in that order,
         and free their slots and KV: O(running) when any ended, else O(1).  Also used by the
@@ -88,19 +89,19 @@ class Applier:
         for req in finished:
             if req.status is Status.RUNNING:
                 done.append(req)
-                self.end(req, Status.FINISHED, "eos_or_length", now)
+                self.end(req, Status.FINISHED, ENDED_BY_ENGINE, now)
         for req in reached_max:
             if req.status is Status.RUNNING:
                 done.append(req)
-                self.end(req, Status.FINISHED, "max_tokens", now)
+                self.end(req, Status.FINISHED, REACHED_MAX_TOKENS, now)
         if done:
             self.runs.release_ended(done)   # every running request is RUNNING but these
 
-    def end(self, req: Request, status: Status, reason: str, now: float) -> None:
+    def end(self, req: Request, status: Status, reason: Reason, now: float) -> None:
         """Give ``req`` its one terminal ``status`` with its ``reason`` (it leaves no slot or KV
         here: the caller frees those); the policy and the predictor learn of it."""
         req.status = status
-        req.reason = reason
+        req.end_reason = reason
         req.finish_s = now
         if status is Status.FINISHED:
             self.predictor.observe(req, req.num_output)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Callable, TypeVar
 
+from ..core.reasons import Reason
 from ..core.request import Request, Status
 from .policy import Policy
 
@@ -27,14 +28,14 @@ BackendT = TypeVar("BackendT")
 
 
 def begin_round(policy: Policy, now: float, last_round_s: float,
-                tpot_estimate_s: float | None) -> tuple[list[tuple[Request, str]], float]:
+                tpot_estimate_s: float | None) -> tuple[list[tuple[Request, Reason]], float]:
     """(the requests that expired with their reasons, the new last-round time)."""
     elapsed = now - last_round_s
     if elapsed > 0:
         policy.on_step_end(now, elapsed)
         last_round_s = now
-    if tpot_estimate_s is not None and hasattr(policy, "step_ewma_s"):
-        policy.step_ewma_s = tpot_estimate_s     # type: ignore[attr-defined]
+    if tpot_estimate_s is not None:
+        policy.observe_step_time(tpot_estimate_s)
     return policy.expire(now), last_round_s
 
 

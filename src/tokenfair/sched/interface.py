@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..core.reasons import Reason
 from ..core.request import Request, Status
 from ..workloads.workload import TraceRow
 
@@ -54,11 +55,11 @@ class SchedulerOutput:
 class StepResult:
     duration_s: float
     finished: list[Request]                 # generation ended (EOS/max/true length)
-    failed: list[tuple[Request, str]]
+    failed: list[tuple[Request, Reason]]    # (request, why it failed)
     swap_s: float
 
     def __init__(self, duration_s: float, finished: list[Request] | None = None,
-                 failed: list[tuple[Request, str]] | None = None, swap_s: float = 0.0) -> None:
+                 failed: list[tuple[Request, Reason]] | None = None, swap_s: float = 0.0) -> None:
         self.duration_s = duration_s
         self.finished = [] if finished is None else finished
         self.failed = [] if failed is None else failed
@@ -84,7 +85,7 @@ class Engine(Protocol):
 class Scheduler(Protocol):
     def add_request(self, req: Request, now: float) -> None: ...
 
-    def reject(self, req: Request, reason: str, now: float) -> None: ...
+    def reject(self, req: Request, reason: Reason, now: float) -> None: ...
 
     def has_work(self) -> bool: ...
 
@@ -92,4 +93,4 @@ class Scheduler(Protocol):
 
     def update_from_output(self, out: SchedulerOutput, result: StepResult, now: float) -> list[Request]: ...
 
-    def abort(self, req: Request, status: Status, reason: str, now: float) -> None: ...
+    def abort(self, req: Request, status: Status, reason: Reason, now: float) -> None: ...

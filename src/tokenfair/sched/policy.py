@@ -8,15 +8,17 @@ admitted, *whom* to evict and *how*, and tell it what was served so it can charg
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 from mypy_extensions import mypyc_attr
 
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
 from ..core.kv import BlockPool
+from ..core.reasons import Reason
 from ..core.request import Request
 from .predictor import Predictor
+from .snapshot import PolicySnapshot, TenantView
 
 
 class Budget:
@@ -84,7 +86,7 @@ class Policy:
         return self.supports_fast_forward
 
     # -- waiting queue ---------------------------------------------------------------
-    def on_arrival(self, req: Request, now: float) -> str | None:
+    def on_arrival(self, req: Request, now: float) -> Reason | None:
         """Reject reason for a new request, or None to accept it (then it is enqueued)."""
         return None
 
@@ -194,6 +196,43 @@ class Policy:
         """Earliest time a blocked candidate may become admissible (rate limits); inf: never."""
         return float("inf")
 
-    def expire(self, now: float) -> list[tuple[Request, str]]:
+    def expire(self, now: float) -> list[tuple[Request, Reason]]:
         """Waiting requests that can no longer meet their deadline (removed from the queue)."""
         return []
+
+    # -- the service's seam (serve/, fleet/, integrations/: they read and change a policy
+    #    only through these, never through its parts) ---------------------------------------
+    def snapshot(self, now: float) -> PolicySnapshot:
+        """Per-tenant state as of ``now``, read-only (``snapshot.py``); building it changes
+        nothing.  Default: no tenants (a policy that keeps no per-tenant state)."""
+        return PolicySnapshot(now=now)
+
+    def tenant_view(self, name: str, now: float) -> TenantView | None:
+        """One tenant of :meth:`snapshot` (O(1)); None: the policy holds no state for it."""
+        return None
+
+    def can_admit_within_limits(self, req: Request, now: float) -> bool:
+        """Whether the contract's hard per-tenant limits (max_concurrency, token rate, KV
+        quota; not the soft reservations) let ``req`` start now (default: no such limits)."""
+        return True
+
+    def victim_order(self, req: Request, now: float) -> tuple[int, float, float, int, int] | None:
+        """Running ``req``'s place in this policy's eviction order: the smallest is evicted
+        first; the first element is 1 for a request the contract protects from preemption.
+        None (default): no order of its own (the newest is evicted first)."""
+        return None
+
+    def observe_step_time(self, step_s: float) -> None:
+        """The time per decode step measured outside the policy (a gateway's backends' time
+        per output token) replaces the policy's own estimate (default: it keeps none)."""
+
+
+def end_each_waiting(policy: Policy, now: float, end: Callable[[Request], None]) -> None:
+    """Take every waiting request out of ``policy`` in its pick order (no tenant blocked) and
+    hand each to ``end`` before the next pick (ending one may change the order of the rest)."""
+    while True:
+        req = policy.pick(now, set())
+        if req is None:
+            return
+        policy.take(req)
+        end(req)

@@ -36,12 +36,14 @@ from mypy_extensions import mypyc_attr
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
 from ..core.kv import BlockPool
+from ..core.reasons import NEVER_ADMITTED, Reason
 from ..core.request import Request, Status
 from .admit import Admitter
+from .arrival import arrive
 from .apply import Applier
 from .bulk import leading_decodes
 from .interface import SchedulerOutput, StepResult
-from .policy import Budget, Policy
+from .policy import Budget, Policy, end_each_waiting
 from .predictor import OnlinePredictor, Predictor
 from .running_pass import RunningPass
 from .state import RunningSet
@@ -91,15 +93,11 @@ class IterationScheduler:
 
     # -- intake -------------------------------------------------------------------------
     def add_request(self, req: Request, now: float) -> None:
-        req.predicted_output = self.predictor.predict(req)
-        reason = self.policy.on_arrival(req, now)
+        reason = arrive(self.policy, self.predictor, req, now)
         if reason is not None:
             self.applier.end(req, Status.REJECTED, reason, now)
-            return
-        req.status = Status.WAITING
-        self.policy.enqueue(req, now)
 
-    def reject(self, req: Request, reason: str, now: float) -> None:
+    def reject(self, req: Request, reason: Reason, now: float) -> None:
         """End a request refused at intake, before it ever entered the queue."""
         self.applier.end(req, Status.REJECTED, reason, now)
 
@@ -114,7 +112,7 @@ class IterationScheduler:
         """Drop ``req`` from the ended requests not yet collected (the caller reports it)."""
         self.applier.ended = [r for r in self.applier.ended if r is not req]
 
-    def abort(self, req: Request, status: Status, reason: str, now: float) -> None:
+    def abort(self, req: Request, status: Status, reason: Reason, now: float) -> None:
         """End a request from outside (client gone, shutdown): frees its slot and KV at once."""
         if req.status.is_terminal:
             return
@@ -177,7 +175,7 @@ class IterationScheduler:
         """Apply the engine's result for ``out``; the requests that ended (``Applier``)."""
         return self.applier.update_from_output(out, result, now)
 
-    def retire(self, failed: list[tuple[Request, str]], finished: list[Request],
+    def retire(self, failed: list[tuple[Request, Reason]], finished: list[Request],
                reached_max: list[Request], now: float) -> None:
         """End failed, finished and ``max_tokens`` requests and free their slots and KV."""
         self.applier.retire(failed, finished, reached_max, now)
@@ -195,15 +193,24 @@ class IterationScheduler:
         """When a blocked waiting request may become admissible without an arrival."""
         return self.policy.next_wakeup(now)
 
-    def fail_waiting(self, reason: str, now: float) -> None:
-        while True:
-            req = self.policy.pick(now, set())
-            if req is None:
-                return
-            self.policy.take(req)
+    def after_empty_step(self, now: float, next_arrival_s: float = float("inf")) -> float:
+        """A step that scheduled and preempted nothing: when this scheduler can next make
+        progress (the policy's next wake-up or ``next_arrival_s``, whichever comes first).
+        When that is never and nothing runs, the waiting requests can never be admitted:
+        they fail (``NEVER_ADMITTED``).  The simulator's run loop and serve's worker both
+        take their empty steps here."""
+        nxt = min(next_arrival_s, self.policy_wakeup(now))
+        if nxt == float("inf") and not self.running:
+            self.fail_waiting(NEVER_ADMITTED, now)
+        return nxt
+
+    def fail_waiting(self, reason: Reason, now: float) -> None:
+        """Nothing can ever admit what still waits: end it with ``reason``."""
+        def fail(req: Request) -> None:
             if req.status is Status.SWAPPED:
                 self.runs.pool.drop_swapped(req)
             self.applier.end(req, Status.FAILED, reason, now)
+        end_each_waiting(self.policy, now, fail)
 
     def check_invariants(self) -> None:
         self.runs.check(self.contract.engine.max_running)

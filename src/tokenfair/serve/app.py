@@ -36,6 +36,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..core.reasons import ReasonCode
 from .auth import AuthError, KeyRing, hash_key
 from .defaults import DEFAULT_GRACE_S
 from .errors import ServiceError
@@ -103,7 +104,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request, exc: RequestValidationError):
         msg, param = validation_message(exc.errors())
-        return JSONResponse(error_body(400, msg, "invalid_request", param), status_code=400)
+        return JSONResponse(error_body(400, msg, ReasonCode.INVALID_REQUEST, param), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request, exc: StarletteHTTPException):
@@ -128,7 +129,7 @@ class OpenAIRoutes:
             return service.keyring.tenant_for(request.headers.get("authorization"), request.headers.get("x-api-key"))
         except AuthError as err:
             service.metrics.unauthorized.labels(request.url.path).inc()
-            raise ServiceError(401, err.message, "invalid_api_key",
+            raise ServiceError(401, err.message, ReasonCode.INVALID_API_KEY,
                                headers={"www-authenticate": "Bearer"}) from None
 
     async def parse(self, request: HTTPRequest, kind: str, model_cls):
@@ -213,7 +214,8 @@ def install_ops(app: FastAPI, service: Service) -> None:
             key = KeyRing.presented_key(request.headers.get("authorization"), request.headers.get("x-api-key"))
             if key is None or not hmac.compare_digest(hash_key(key), service.metrics_key_sha256):
                 service.metrics.unauthorized.labels("/metrics").inc()
-                raise ServiceError(401, "/metrics needs the metrics key (--metrics-key-sha256)", "invalid_api_key",
+                raise ServiceError(401, "/metrics needs the metrics key (--metrics-key-sha256)",
+                                   ReasonCode.INVALID_API_KEY,
                                    headers={"www-authenticate": "Bearer"})
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 

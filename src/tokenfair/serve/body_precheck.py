@@ -32,6 +32,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
+from ..core.reasons import ReasonCode
 from .errors import ServiceError
 from .kept_prompt import KeptPrompt, keep_prompt
 
@@ -126,7 +127,7 @@ class BodyPrechecker:
         if self.in_flight.get(tenant, 0) >= MAX_BIG_BODIES_PER_TENANT:
             raise ServiceError(429, f"too_many_big_bodies: tenant {tenant!r} has {MAX_BIG_BODIES_PER_TENANT} bodies "
                                     f"over {PROCESS_PARSE_BYTES // 1024} KiB being checked; retry after ~1s",
-                               "too_many_big_bodies", headers={"retry-after": "1"})
+                               ReasonCode.TOO_MANY_BIG_BODIES, headers={"retry-after": "1"})
         self.in_flight[tenant] = self.in_flight.get(tenant, 0) + 1
         try:
             return await self._check(raw_bytes, kind, max_context, max_token_chars, chars_per_token)

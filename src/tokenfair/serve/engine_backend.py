@@ -43,6 +43,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
+from ..core.reasons import CLIENT_CLOSED, Reason, ReasonCode
 from ..core.request import Request, Status
 from ..sched.registry import make_policy
 from ..sched.scheduler import IterationScheduler
@@ -54,6 +55,8 @@ from .engine_intake import context_refusal, prompt_chars, sampling_of, tokenize_
 from .engine_job import IncrementalDetokenizer, ServeJob
 from .limits import max_token_chars, min_prompt_tokens
 from .engine_worker import IDLE_POLL_S, MAX_ENGINE_ERRORS, EngineWorker
+
+ENGINE_STOPPED = Reason(ReasonCode.SHUTDOWN, "engine stopped")   # the worker is gone with requests held
 
 # The parts live in engine_job (request bridge) and engine_worker (worker thread); the
 # public names stay importable from here.
@@ -98,7 +101,7 @@ class EngineBackend(Service):
     def _recorded(self, job: ServeJob, req: Request) -> None:
         """``req``'s terminal record (the worker calls it once per ended job)."""
         if req.status is Status.REJECTED:
-            self.metrics.rejected(req.tenant, req.reason)
+            self.metrics.rejected(req.tenant, req.reason_code)
         fin = getattr(req.payload, "finish_reason", None) if req.status is Status.FINISHED else None
         self.record(req, endpoint=job.g.kind, finish_reason=fin)
 
@@ -124,7 +127,7 @@ class EngineBackend(Service):
         while self.jobs and time.monotonic() < deadline and worker.alive():
             await asyncio.sleep(SHUTDOWN_POLL_S)
         if self.jobs:
-            worker.fail_all("shutdown: the server is stopping (grace period over)")
+            worker.fail_all(Reason(ReasonCode.SHUTDOWN, "the server is stopping (grace period over)"))
             end = time.monotonic() + ABORT_WAIT_S
             while self.jobs and time.monotonic() < end and worker.alive():
                 await asyncio.sleep(0.01)
@@ -132,7 +135,7 @@ class EngineBackend(Service):
             with self.lock:
                 for job in list(self.jobs.values()):
                     if not job.req.status.is_terminal:
-                        self.sched.abort(job.req, Status.FAILED, "shutdown: engine stopped", self.now())
+                        self.sched.abort(job.req, Status.FAILED, ENGINE_STOPPED, self.now())
                 ended = worker.drain_ended()
             worker.publish([], ended, threadsafe=False)
 
@@ -166,7 +169,7 @@ class EngineBackend(Service):
     def _check_model(self, g: GenRequest) -> None:
         if g.model and g.model not in self.model_names():
             raise ServiceError(404, f"model {g.model!r} does not exist; this server serves {self.served_model!r}",
-                               "model_not_found", "model")
+                               ReasonCode.MODEL_NOT_FOUND, "model")
 
     def _refuse_context(self, g: GenRequest, n: int, asked: int | None) -> None:
         refusal = context_refusal(n, asked, self.max_context, g)
@@ -183,10 +186,10 @@ class EngineBackend(Service):
         sampling = sampling_of(body)              # before intake: a bad parameter is a plain 400
         ids = g.prompt_ids if g.prompt_ids is not None else tokenize_prompt(g, self.loaded, self.vocab_size)
         if not ids:
-            raise ServiceError(400, "prompt: the prompt is empty", "invalid_request", "prompt")
+            raise ServiceError(400, "prompt: the prompt is empty", ReasonCode.INVALID_REQUEST, "prompt")
         stops = body.stop_list()
         if stops and (self.loaded is None or self.loaded.tokenizer is None):
-            raise ServiceError(400, "stop: stop strings need a tokenizer", "invalid_request", "stop")
+            raise ServiceError(400, "stop: stop strings need a tokenizer", ReasonCode.INVALID_REQUEST, "stop")
         n = len(ids)
         asked = body.requested_max_tokens()
         self._refuse_context(g, n, asked)
@@ -204,7 +207,8 @@ class EngineBackend(Service):
         with self.lock:
             broken = self.worker.broken
             if self.closing or broken is not None:
-                why = "shutting_down: the server is stopping" if self.closing else f"no_backend: engine broken ({broken})"
+                why = Reason(ReasonCode.SHUTTING_DOWN, "the server is stopping") if self.closing \
+                    else Reason(ReasonCode.NO_BACKEND, f"engine broken ({broken})")
                 raise self.refuse(req, why, now, endpoint=g.kind)
             door = self.door_check(req, now)
             if door is not None:
@@ -212,13 +216,13 @@ class EngineBackend(Service):
             self.sched.add_request(req, now)
             if req.status is Status.REJECTED:
                 self.sched.forget_ended(req)
-                raise self.refuse(req, req.reason, now, endpoint=g.kind)
+                raise self.refuse(req, None, now, endpoint=g.kind)
             self.jobs[req.request_id] = job
             self.worker.add(req)
         self.worker.wake.set()
         return job
 
-    def cancel(self, job: Job, reason: str = "client_disconnected: the client closed the connection") -> None:
+    def cancel(self, job: Job, reason: Reason = CLIENT_CLOSED) -> None:
         req = job.req
         with self.lock:
             if req.status.is_terminal or req.request_id not in self.jobs:

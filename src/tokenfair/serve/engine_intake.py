@@ -13,6 +13,7 @@ tokenized.
 from __future__ import annotations
 
 from ..engine.sampling import InvalidSamplingError, SamplingParams
+from ..core.reasons import Reason, ReasonCode
 from .errors import ServiceError
 from . import limits
 from .jobs import GenRequest
@@ -37,23 +38,24 @@ def tokenize_prompt(g: GenRequest, loaded, vocab_size: int) -> list[int]:
     if g.kind == "chat":
         if not has_tokenizer:
             raise ServiceError(400, "this model has no tokenizer; use /v1/completions with token ids",
-                               "no_tokenizer", "messages")
+                               ReasonCode.NO_TOKENIZER, "messages")
         msgs = [{"role": m.role, "content": m.text()} for m in body.messages]
         try:
             text = loaded.apply_chat_template(msgs)
         except Exception as err:  # noqa: BLE001 - template errors are the request's fault
-            raise ServiceError(400, f"messages: cannot apply the chat template: {err}", "invalid_request",
+            raise ServiceError(400, f"messages: cannot apply the chat template: {err}", ReasonCode.INVALID_REQUEST,
                                "messages") from None
         return _encode(loaded, text, "messages")
     prompt = body.prompt
     if isinstance(prompt, str):
         if not has_tokenizer:
-            raise ServiceError(400, "this model has no tokenizer; send prompt as token ids", "no_tokenizer", "prompt")
+            raise ServiceError(400, "this model has no tokenizer; send prompt as token ids", ReasonCode.NO_TOKENIZER,
+                               "prompt")
         return _encode(loaded, prompt, "prompt")
     bad = [t for t in prompt if not 0 <= t < vocab_size]
     if bad:
         raise ServiceError(400, f"prompt: token id {bad[0]} outside the vocabulary [0, {vocab_size})",
-                           "invalid_request", "prompt")
+                           ReasonCode.INVALID_REQUEST, "prompt")
     return list(prompt)
 
 
@@ -62,7 +64,7 @@ def _encode(loaded, text: str, param: str) -> list[int]:
         return loaded.encode(text)
     except Exception as err:  # noqa: BLE001 - a text the tokenizer cannot take is the request's fault
         raise ServiceError(400, f"{param}: the tokenizer cannot encode it: {type(err).__name__}: {err}",
-                           "invalid_request", param) from None
+                           ReasonCode.INVALID_REQUEST, param) from None
 
 
 def sampling_of(body) -> SamplingParams:
@@ -71,10 +73,10 @@ def sampling_of(body) -> SamplingParams:
         return SamplingParams(temperature=1.0 if body.temperature is None else body.temperature,
                               top_p=1.0 if body.top_p is None else body.top_p, seed=body.seed)
     except InvalidSamplingError as err:
-        raise ServiceError(400, str(err), "invalid_request", err.param) from None
+        raise ServiceError(400, str(err), ReasonCode.INVALID_REQUEST, err.param) from None
 
 
-def context_refusal(num_prompt: int, asked: int | None, max_context: int, g: GenRequest) -> tuple[str, str] | None:
+def context_refusal(num_prompt: int, asked: int | None, max_context: int, g: GenRequest) -> tuple[Reason, str] | None:
     """(reason, param) when the prompt, or the prompt plus the asked ``max_tokens``, does not
     fit ``max_context`` tokens; None when it fits (an unset ``max_tokens`` is then clamped)."""
     return limits.context_refusal(num_prompt, asked, max_context, prompt_param(g))

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import threading
 from typing import Any, Callable
 
+from ..core.reasons import Reason, ReasonCode
 from ..core.request import Request, Status
 from ..sched.interface import StepResult
 from .engine_job import ServeJob, deliver
@@ -74,7 +74,7 @@ class EngineWorker:
         """``req`` was admitted by the scheduler: the engine gets it before the next step."""
         self.adds.append(req)
 
-    def abort_locked(self, req: Request, reason: str, now: float) -> None:
+    def abort_locked(self, req: Request, reason: Reason, now: float) -> None:
         """Fail ``req``: a running one after the step in flight, a waiting one now."""
         if req.status is Status.RUNNING:
             self.aborts.append((req, Status.FAILED, reason))
@@ -82,7 +82,7 @@ class EngineWorker:
             self.sched.abort(req, Status.FAILED, reason, now)
             self.forgets.append(req)
 
-    def fail_all(self, reason: str) -> None:
+    def fail_all(self, reason: Reason) -> None:
         """Fail every request not ended yet (shutdown, a broken engine)."""
         now = self.now()
         with self.lock:
@@ -133,7 +133,8 @@ class EngineWorker:
             for job in list(self.jobs.values()):
                 r = job.req
                 if not r.status.is_terminal:
-                    r.status, r.reason, r.finish_s = Status.FAILED, f"engine_error: worker stopped ({self.broken})", now
+                    r.status, r.end_reason, r.finish_s = \
+                        Status.FAILED, Reason(ReasonCode.ENGINE_ERROR, f"worker stopped ({self.broken})"), now
                 ended.append(r)
         self.publish([], ended, threadsafe=True)
 
@@ -157,7 +158,7 @@ class EngineWorker:
             try:
                 eng.add(req)
             except ValueError as err:
-                self.sched.abort(req, Status.FAILED, f"engine_rejected: {err}", now)
+                self.sched.abort(req, Status.FAILED, Reason(ReasonCode.ENGINE_REJECTED, str(err)), now)
         self.adds.clear()
         for req, status, reason in self.aborts:
             if not req.status.is_terminal:
@@ -174,9 +175,7 @@ class EngineWorker:
             out = sched.schedule(now)
             if out.is_empty and not out.preempted:
                 self.forgets.extend(out.aborted)
-                wake = sched.policy_wakeup(now)
-                if not sched.running and wake == math.inf and sched.policy.num_waiting():
-                    sched.fail_waiting("unschedulable: no resource can ever admit it", now)
+                wake = sched.after_empty_step(now)       # arrivals wake the worker themselves
                 sleep = min(max(0.0, wake - now), IDLE_POLL_S)
                 out = None
         return out, sleep
@@ -190,11 +189,11 @@ class EngineWorker:
                 self.broken = f"engine_error: {MAX_ENGINE_ERRORS} steps running nothing"
         except Exception as err:  # noqa: BLE001 - keep serving; fail this step's requests
             errors += 1
-            reason = f"engine_error: {type(err).__name__}: {err}"
+            reason = Reason(ReasonCode.ENGINE_ERROR, f"{type(err).__name__}: {err}")
             result = StepResult(duration_s=0.0, failed=[(r, reason) for r, _ in out.prefill]
                                 + [(r, reason) for r in out.decode])
             if errors >= MAX_ENGINE_ERRORS:
-                self.broken = reason
+                self.broken = reason.text
         return result, errors
 
     def _loop(self) -> None:
@@ -227,4 +226,4 @@ class EngineWorker:
                 self.on_preempted(req.tenant)
             self.publish(tokens, ended, threadsafe=True)
             if self.broken is not None:
-                self.fail_all(f"failed: engine broken ({self.broken})")
+                self.fail_all(Reason(ReasonCode.FAILED, f"engine broken ({self.broken})"))

@@ -5,23 +5,26 @@ from __future__ import annotations
 
 from fastapi.responses import JSONResponse
 
+from ..core.reasons import ReasonCode as C
 from ..core.request import Request, Status
-from .metrics import reason_code
 from .openai_schema import error_body
 
-REJECT_STATUS = {"queue_full": 429, "overloaded": 429, "rate_limited": 429, "class_not_allowed": 403,
-                 "context_length_exceeded": 400, "prompt_exceeds_kv_capacity": 413,
-                 "shutting_down": 503, "no_backend": 503, "model_not_found": 404}
-FAIL_STATUS = {"shutdown": 503, "unschedulable": 503, "no_backend": 503, "client_disconnected": 499,
-               "backend_error": 502, "backend_status": 502, "backend_unavailable": 503,
-               "invalid_sampling": 400}
+# HTTP status of a REJECTED request by its reason code (429 for the others)
+REJECT_STATUS: dict[C, int] = {
+    C.QUEUE_FULL: 429, C.OVERLOADED: 429, C.RATE_LIMITED: 429, C.CLASS_NOT_ALLOWED: 403,
+    C.CONTEXT_LENGTH_EXCEEDED: 400, C.PROMPT_EXCEEDS_KV_CAPACITY: 413, C.SHUTTING_DOWN: 503,
+    C.NO_BACKEND: 503, C.MODEL_NOT_FOUND: 404}
+# HTTP status of a FAILED request by its reason code (500 for the others)
+FAIL_STATUS: dict[C, int] = {
+    C.SHUTDOWN: 503, C.UNSCHEDULABLE: 503, C.NO_BACKEND: 503, C.CLIENT_DISCONNECTED: 499,
+    C.BACKEND_ERROR: 502, C.BACKEND_STATUS: 502, C.BACKEND_UNAVAILABLE: 503, C.INVALID_SAMPLING: 400}
 
 # Reason codes a retry cannot fix: the same request fails the same way on any replica.
-NO_RETRY_CODES = frozenset({
-    "deadline_infeasible", "context_length_exceeded", "prompt_exceeds_kv_capacity", "class_not_allowed",
-    "model_not_found", "invalid_sampling", "non_finite_logits", "request_error", "request_fault",
-    "client_disconnected", "invalid_request", "invalid_json", "invalid_header", "unsupported_parameter",
-    "invalid_api_key", "no_tokenizer", "body_too_large",
+NO_RETRY_CODES: frozenset[C] = frozenset({
+    C.DEADLINE_INFEASIBLE, C.CONTEXT_LENGTH_EXCEEDED, C.PROMPT_EXCEEDS_KV_CAPACITY, C.CLASS_NOT_ALLOWED,
+    C.MODEL_NOT_FOUND, C.INVALID_SAMPLING, C.NON_FINITE_LOGITS, C.REQUEST_ERROR, C.REQUEST_FAULT,
+    C.CLIENT_DISCONNECTED, C.INVALID_REQUEST, C.INVALID_JSON, C.INVALID_HEADER, C.UNSUPPORTED_PARAMETER,
+    C.INVALID_API_KEY, C.NO_TOKENIZER, C.BODY_TOO_LARGE,
 })
 RETRYABLE_4XX = (408, 409, 429)
 
@@ -56,7 +59,7 @@ class ServiceError(Exception):
 
 def http_status_of(req: Request) -> int:
     """The HTTP status a terminal request maps to (200 for a finished one)."""
-    code = reason_code(req.reason)
+    code = req.reason_code
     if req.status is Status.FINISHED:
         return 200
     if req.status is Status.EXPIRED:

@@ -10,9 +10,10 @@ their own (FIFO) order hardly matters and the gateway's order decides who is ser
 Policy.  A ``FairPolicy`` instance (``--policy``, default ``fair``) is driven through its
 hooks, without the iteration mechanics (there are no steps, KV blocks or chunks here):
 
-  arrival   ``on_arrival`` (bounded queue -> 429 ``queue_full``; predicted wait over the
-            class's max wait -> 429 ``overloaded``), the token-bucket door check
-            (429 ``rate_limited``), then ``enqueue``;
+  arrival   the token-bucket door check (429 ``rate_limited``), then the scheduler's own
+            arrival (``sched/arrival.arrive``): ``on_arrival`` (bounded queue -> 429
+            ``queue_full``; predicted wait over the class's max wait -> 429 ``overloaded``),
+            then ``enqueue``;
   dispatch  while some backend has room: ``pick`` (overdue / below-min-share / least
             virtual finish tag, best request inside the tenant by EDF + aging),
             ``can_admit`` (max_concurrency, token rate, slot reservations; a tenant that
@@ -69,7 +70,9 @@ import httpx
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
 from ..core.kv import BlockPool
+from ..core.reasons import CLIENT_CLOSED, Reason, ReasonCode
 from ..core.request import Status
+from ..sched.arrival import arrive
 from ..sched.predictor import OnlinePredictor
 from ..sched.registry import make_policy
 from .jobs import GenRequest, Job, RecordSink
@@ -211,7 +214,7 @@ class Gateway(Service):
         while self.jobs and time.monotonic() < deadline:
             await asyncio.sleep(SHUTDOWN_POLL_S)
         for job in list(self.jobs.values()):
-            self.book.abort(job, "shutdown: the gateway is stopping (grace period over)")
+            self.book.abort(job, Reason(ReasonCode.SHUTDOWN, "the gateway is stopping (grace period over)"))
         end = time.monotonic() + ABORT_WAIT_S
         while self.jobs and time.monotonic() < end:
             await asyncio.sleep(0.01)
@@ -240,26 +243,23 @@ class Gateway(Service):
                 max_tokens = max(1, min(max_tokens, self.max_context - est))
         req = self.intake(g, est, max_tokens, now)
         if self.closing:
-            raise self.refuse(req, "shutting_down: the gateway is stopping", now, endpoint=g.kind)
+            raise self.refuse(req, Reason(ReasonCode.SHUTTING_DOWN, "the gateway is stopping"), now, endpoint=g.kind)
         if not any(b.up for b in self.backends):
-            raise self.refuse(req, f"no_backend: all {len(self.backends)} backends are down", now,
+            raise self.refuse(req, Reason(ReasonCode.NO_BACKEND, f"all {len(self.backends)} backends are down"), now,
                               retry_after=1.0, endpoint=g.kind)
         door = self.door_check(req, now)
         if door is not None:
             raise self.refuse(req, door[0], now, retry_after=door[1], endpoint=g.kind)
-        req.predicted_output = self.predictor.predict(req)
-        reason = self.policy.on_arrival(req, now)
+        reason = arrive(self.policy, self.predictor, req, now)
         if reason is not None:
             raise self.refuse(req, reason, now, endpoint=g.kind)
-        req.status = Status.WAITING
-        self.policy.enqueue(req, now)
         job = GatewayJob(g, req)
         job.model = g.model or ""
         self.book.add(job)
         self.wake.set()
         return job
 
-    def cancel(self, job: Job, reason: str = "client_disconnected: the client closed the connection") -> None:
+    def cancel(self, job: Job, reason: Reason = CLIENT_CLOSED) -> None:
         self.book.abort(job, reason)
 
     # ------------------------------------------------------------------ metrics

@@ -14,6 +14,7 @@ from typing import Callable, Protocol
 
 import httpx
 
+from ..core.reasons import Reason, ReasonCode, backend_finished, from_upstream
 from ..core.request import Request, Status
 from .sse_read import data_chunks
 from .gateway_errors import BackendError, parse_backend_error
@@ -32,10 +33,10 @@ BACKEND_EWMA_WEIGHT = 0.1       # weight of the newest TTFT / TPOT in a backend'
 class JobEndings(Protocol):
     """How a proxied job ends (:class:`~tokenfair.serve.gateway_jobs.JobBook`)."""
 
-    def end(self, job: GatewayJob, status: Status, reason: str, event=None, http_status: int | None = None,
+    def end(self, job: GatewayJob, status: Status, reason: Reason, event=None, http_status: int | None = None,
             finish_reason: str | None = None) -> None: ...
 
-    def requeue_or_fail(self, job: GatewayJob, b: Backend, reason: str, status: int) -> None: ...
+    def requeue_or_fail(self, job: GatewayJob, b: Backend, reason: Reason, status: int) -> None: ...
 
 
 class BackendSignals(Protocol):
@@ -121,7 +122,7 @@ class BackendProxy:
         except (httpx.ConnectError, httpx.ConnectTimeout) as err:
             self.signals.mark_down(b, f"{type(err).__name__}")
             b.window.on_overload(job.released_s, self.now())
-            self.endings.requeue_or_fail(job, b, f"backend_unavailable: {b.name}: {type(err).__name__}", 503)
+            self.endings.requeue_or_fail(job, b, Reason(ReasonCode.BACKEND_UNAVAILABLE, f"{b.name}: {type(err).__name__}"), 503)
         except (_StreamError, httpx.HTTPError) as err:
             self._stream_failed(job, b, err)
 
@@ -131,7 +132,7 @@ class BackendProxy:
         if "error" in chunk:
             err = parse_backend_error(0, chunk["error"] if isinstance(chunk["error"], dict)
                                       else {"message": str(chunk["error"])})
-            raise _StreamError(f"{err.code or 'backend_error'}: {b.name}: {err.message}", err)
+            raise _StreamError(from_upstream(err.code, ReasonCode.BACKEND_ERROR, f"{b.name}: {err.message}"), err)
         m = chunk.get("model")
         if m:
             if not job.model:
@@ -155,7 +156,8 @@ class BackendProxy:
         b.errors += 1
         if isinstance(err, httpx.TimeoutException):
             self.signals.suspect(b, f"{type(err).__name__}: {err}")
-        reason = str(err) if isinstance(err, _StreamError) else f"backend_error: {b.name}: {type(err).__name__}: {err}"
+        reason = err.reason if isinstance(err, _StreamError) \
+            else Reason(ReasonCode.BACKEND_ERROR, f"{b.name}: {type(err).__name__}: {err}")
         if isinstance(err, _StreamError) and not err.error.retry:
             code = err.error.code or "backend_error"
             self.endings.end(job, Status.FAILED, reason, Failed(502, err.error.message, code, param=err.error.param),
@@ -163,13 +165,13 @@ class BackendProxy:
         elif req.num_output == 0:
             self.endings.requeue_or_fail(job, b, reason, 502)
         else:
-            self.endings.end(job, Status.FAILED, reason, Failed(502, f"request failed: {reason}", "backend_error"),
+            self.endings.end(job, Status.FAILED, reason, Failed(502, f"request failed: {reason.text}", ReasonCode.BACKEND_ERROR),
                              http_status=502)
 
     async def _backend_refused(self, job: GatewayJob, b: Backend, resp: httpx.Response) -> None:
         err = parse_backend_error(resp.status_code, await resp.aread(), resp.headers.get("x-should-retry"))
         status = resp.status_code
-        reason = f"{err.code or 'backend_status'}: {b.name} answered {status}: {err.message}"
+        reason = from_upstream(err.code, ReasonCode.BACKEND_STATUS, f"{b.name} answered {status}: {err.message}")
         if status in (429, 503) and err.retry:
             b.window.on_overload(job.released_s, self.now())
             self.endings.requeue_or_fail(job, b, reason, status)
@@ -220,11 +222,12 @@ class BackendProxy:
                 b.tpot_ewma_s + BACKEND_EWMA_WEIGHT * (tpot - b.tpot_ewma_s))
         b.served += 1
         fr = finish_reason or ("length" if req.num_output >= req.max_tokens else "stop")
-        self.endings.end(job, Status.FINISHED, f"backend_{fr}",
+        self.endings.end(job, Status.FINISHED, backend_finished(fr),
                          Done(fr, req.prompt_tokens, req.num_output), finish_reason=fr)
 
 
 class _StreamError(Exception):
-    def __init__(self, message: str, error: BackendError) -> None:
-        super().__init__(message)
+    def __init__(self, reason: Reason, error: BackendError) -> None:
+        super().__init__(reason.text)
+        self.reason = reason
         self.error = error

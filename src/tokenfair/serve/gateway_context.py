@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+from ..core.reasons import Reason
 from . import limits
 from .jobs import GenRequest
 
@@ -40,7 +41,7 @@ def min_prompt_tokens(g: GenRequest) -> int:
     return max(1, floor, g.min_prompt_tokens)      # min_prompt_tokens: a big body's, from body_precheck
 
 
-def context_refusal(g: GenRequest, est: int, asked: int | None, max_context: int) -> tuple[str, str] | None:
+def context_refusal(g: GenRequest, est: int, asked: int | None, max_context: int) -> tuple[Reason, str] | None:
     """(reason, param) when ``g`` cannot fit ``max_context`` tokens; None otherwise.
     ``est``: the gateway's estimate of the prompt's tokens (enough to refuse the prompt alone)."""
     param = "messages" if g.kind == "chat" else "prompt"

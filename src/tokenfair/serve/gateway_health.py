@@ -31,6 +31,7 @@ from typing import Callable
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..core.reasons import Reason, ReasonCode
 from .gateway_window import Backend
 
 
@@ -96,7 +97,7 @@ class HealthProber:
 
     def __init__(self, backends: list[Backend], cfg: HealthConfig, backend_key: str | None, *,
                  now: Callable[[], float], wake: Callable[[], None],
-                 drain: Callable[[Backend, str], None]) -> None:
+                 drain: Callable[[Backend, Reason], None]) -> None:
         self.backends = backends
         self.cfg = cfg
         self.backend_key = backend_key
@@ -171,7 +172,7 @@ class HealthProber:
         if b.up:
             b.up = False
             b.probe_backoff_s = self.cfg.probe_interval_s
-            self.drain(b, f"backend_unavailable: {self.label(b)} stopped answering ({why})")
+            self.drain(b, Reason(ReasonCode.BACKEND_UNAVAILABLE, f"{self.label(b)} stopped answering ({why})"))
         b.next_probe_s = self.now() + b.probe_backoff_s
 
     async def first_probes(self, client: httpx.AsyncClient) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable
 
+from ..core.reasons import Reason, ReasonCode
 from ..core.request import Request, Status
 from .gateway_errors import scrub
 from .gateway_window import Backend
@@ -29,7 +30,7 @@ class GatewayJob(Job):
         self.released_s = 0.0
         self.charge_tokens = 0
         self.retries = 0
-        self.cancel_reason: str | None = None
+        self.cancel_reason: Reason | None = None
         self.requeue_on_cancel = False      # cancelled because its backend went down (gateway_health)
         self.ended = False
 
@@ -62,7 +63,7 @@ class JobBook:
     def add(self, job: GatewayJob) -> None:
         self.jobs[job.req.request_id] = job
 
-    def abort(self, job: GatewayJob, reason: str) -> None:
+    def abort(self, job: GatewayJob, reason: Reason) -> None:
         """End ``job`` with ``reason``: a running one through its task's cancellation."""
         req = job.req
         if job.ended or req.status.is_terminal:
@@ -75,7 +76,7 @@ class JobBook:
             self.policy.discard(req)
         self.end(job, Status.FAILED, reason)
 
-    def end(self, job: GatewayJob, status: Status, reason: str, event=None, http_status: int | None = None,
+    def end(self, job: GatewayJob, status: Status, reason: Reason, event=None, http_status: int | None = None,
             finish_reason: str | None = None) -> None:
         """The job's one terminal state (later calls do nothing)."""
         if job.ended:
@@ -83,7 +84,7 @@ class JobBook:
         job.ended = True
         req = job.req
         now = self.now()
-        req.status, req.reason, req.finish_s = status, reason, now
+        req.status, req.end_reason, req.finish_s = status, reason, now
         if status is Status.FINISHED:
             self.predictor.observe(req, req.num_output)
             self.policy.on_finish(req, now)
@@ -99,7 +100,7 @@ class JobBook:
         job.finished.set()
         self.wake()
 
-    def requeue_or_fail(self, job: GatewayJob, b: Backend, reason: str, status: int) -> None:
+    def requeue_or_fail(self, job: GatewayJob, b: Backend, reason: Reason, status: int) -> None:
         """An attempt failed before its first token: back to the queue (kept charged, counted
         as a preemption) within ``max_retries``; else the job fails with ``status``."""
         req = job.req
@@ -114,9 +115,9 @@ class JobBook:
             self.preempted(req.tenant)
             return
         self.end(job, Status.FAILED, reason,
-                 Failed(status, f"request failed: {reason}", reason.split(":", 1)[0]), http_status=status)
+                 Failed(status, f"request failed: {reason.text}", reason.code), http_status=status)
 
-    def drain_backend(self, b: Backend, reason: str) -> None:
+    def drain_backend(self, b: Backend, reason: Reason) -> None:
         """Cancel every request in flight on ``b`` (it went down): re-queued when its task ends."""
         current = asyncio.current_task()
         for job in list(self.running):
@@ -138,11 +139,11 @@ class JobBook:
         if not job.ended and job.req.status is Status.RUNNING:
             if task.cancelled() and job.requeue_on_cancel:     # its backend went down: try another
                 job.requeue_on_cancel = False
-                self.requeue_or_fail(job, b, job.cancel_reason or "backend_unavailable", 503)
+                self.requeue_or_fail(job, b, job.cancel_reason or Reason(ReasonCode.BACKEND_UNAVAILABLE), 503)
             elif task.cancelled():
-                self.end(job, Status.FAILED, job.cancel_reason or "shutdown: the gateway is stopping")
+                self.end(job, Status.FAILED, job.cancel_reason or Reason(ReasonCode.SHUTDOWN, "the gateway is stopping"))
             else:
                 err = task.exception()
-                reason = f"gateway_error: {type(err).__name__}: {err}" if err else "gateway_error: proxy ended early"
-                self.end(job, Status.FAILED, reason, Failed(500, reason, "gateway_error"), http_status=500)
+                reason = Reason(ReasonCode.GATEWAY_ERROR, f"{type(err).__name__}: {err}" if err else "proxy ended early")
+                self.end(job, Status.FAILED, reason, Failed(500, reason.text, ReasonCode.GATEWAY_ERROR), http_status=500)
         self.wake()

@@ -11,10 +11,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.reasons import Reason, ReasonCode
 from ..core.request import Request
 from .errors import ServiceError, http_status_of, retry_header
 from .kept_prompt import KeptPrompt
-from .metrics import reason_code
 from .openai_schema import ChatCompletionRequest, CompletionRequest
 
 
@@ -48,7 +48,7 @@ class Failed:
 
 def failed_event(req: Request) -> Failed:
     status = http_status_of(req)
-    code = reason_code(req.reason)
+    code = req.reason_code or ReasonCode.UNSPECIFIED
     headers = {"retry-after": "1"} if status in (503,) else {}
     return Failed(status, f"request {req.status.value}: {req.reason}", code, headers)
 
@@ -88,7 +88,7 @@ class Job:
         self.req = req
         self.model = g.model or ""
         self.finished = asyncio.Event()
-        self.fault: str | None = None      # set: this request's own event handling raised (the reason)
+        self.fault: Reason | None = None   # set: this request's own event handling raised (the reason)
 
     async def next_event(self) -> Delta | Done | Failed:
         raise NotImplementedError
@@ -100,8 +100,8 @@ class Job:
         try:
             return await self.next_event()
         except Exception as err:  # noqa: BLE001 - the fault stays with this request
-            self.fault = f"request_fault: {type(err).__name__}: {err}"
-            return Failed(500, self.fault, "request_fault")
+            self.fault = Reason(ReasonCode.REQUEST_FAULT, f"{type(err).__name__}: {err}")
+            return Failed(500, self.fault.text, ReasonCode.REQUEST_FAULT)
 
     async def collect(self) -> tuple[str, Done | Failed]:
         parts = []

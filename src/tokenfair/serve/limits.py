@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+from ..core.reasons import Reason, ReasonCode
 from .errors import ServiceError
 
 OFFLOAD_PARSE_BYTES = 64 * 1024                # bodies above this are parsed in a worker thread
@@ -46,7 +47,7 @@ def refuse_unsupported(raw: dict) -> None:
     if bad:
         raise ServiceError(400, f"{', '.join(bad)}: not supported by this server; remove "
                                 f"{'it' if len(bad) == 1 else 'them'} or send the default value",
-                           "unsupported_parameter", bad[0])
+                           ReasonCode.UNSUPPORTED_PARAMETER, bad[0])
 
 
 async def read_body(request, max_body_bytes: int) -> bytes:
@@ -65,7 +66,7 @@ async def read_body(request, max_body_bytes: int) -> bytes:
 
 def _too_large(size: int, limit: int) -> ServiceError:
     return ServiceError(413, f"request body of {size} bytes or more exceeds this server's limit of {limit} bytes "
-                             "(--max-body-bytes)", "body_too_large")
+                             "(--max-body-bytes)", ReasonCode.BODY_TOO_LARGE)
 
 
 def min_prompt_tokens(num_chars: int, max_chars_per_token: int) -> int:
@@ -84,18 +85,19 @@ def max_token_chars(loaded) -> int:
 
 
 def context_refusal(num_prompt: int, asked: int | None, max_context: int, param: str,
-                    qualifier: str = "") -> tuple[str, str] | None:
+                    qualifier: str = "") -> tuple[Reason, str] | None:
     """(reason, param) as OpenAI words it when a prompt of ``num_prompt`` tokens (``param``:
     ``prompt`` or ``messages``), or it plus the asked ``max_tokens``, does not fit
     ``max_context`` tokens; None when it fits.  ``qualifier`` ("~", "at least ") says how
     ``num_prompt`` is known when it is not counted by the tokenizer."""
     if num_prompt >= max_context:
-        return (f"context_length_exceeded: This model's maximum context length is {max_context} tokens. "
-                f"However, your {param} resulted in {qualifier}{num_prompt} tokens. Please reduce the length "
-                f"of the {param}.", param)
+        return (Reason(ReasonCode.CONTEXT_LENGTH_EXCEEDED, f"This model's maximum context length is {max_context} "
+                f"tokens. However, your {param} resulted in {qualifier}{num_prompt} tokens. Please reduce the length "
+                f"of the {param}."), param)
     if asked is not None and num_prompt + asked > max_context:
-        return (f"context_length_exceeded: This model's maximum context length is {max_context} tokens. "
-                f"However, you requested {qualifier}{num_prompt + asked} tokens ({qualifier}{num_prompt} in the "
-                f"{param}, {asked} in the completion). Please reduce the length of the {param} or completion.",
+        return (Reason(ReasonCode.CONTEXT_LENGTH_EXCEEDED, f"This model's maximum context length is {max_context} "
+                f"tokens. However, you requested {qualifier}{num_prompt + asked} tokens ({qualifier}{num_prompt} "
+                f"in the "
+                f"{param}, {asked} in the completion). Please reduce the length of the {param} or completion."),
                 "max_tokens")
     return None

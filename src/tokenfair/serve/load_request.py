@@ -13,6 +13,7 @@ import httpx
 import numpy as np
 
 from ..contracts.contract import Contract
+from ..core.reasons import ReasonCode
 from ..workloads.workload import TraceRow
 from .sse_read import data_chunks
 
@@ -127,7 +128,7 @@ def load_record(row: TraceRow, contract: Contract, got: Streamed, *, sent: float
     """The request's record: status and reason from the response, times since the start."""
     http, code, stamps, usage = got.http, got.code, got.stamps, got.usage
     if http == 200 and got.stream_error is None:
-        status, reason = "finished", "completed"
+        status, reason = "finished", ReasonCode.COMPLETED.value
     elif got.stream_error is not None:
         code = got.stream_error.get("code") or "stream_error"
         status, reason = status_for(504 if str(code).startswith("deadline") else 0, code), \

@@ -25,13 +25,12 @@ first tenants seen, up to ``max_tenants`` labels; every other tenant is ``"other
 A gauge series reported once reads 0 when its value is gone (queue empty, nothing
 running) instead of vanishing.  ``/metrics`` shows tenant names: ``--metrics-key-sha256``
 makes it require that key (401 otherwise).
-Rejection reasons are the code before the first ``:`` of the reason (``queue_full``,
-``overloaded``, ...), so that label is bounded too.
+The ``reason`` label is the request's :class:`~tokenfair.core.reasons.ReasonCode` value
+(``queue_full``, ``overloaded``, ...): a closed set, so that label is bounded too.
 """
 
 from __future__ import annotations
 
-import re
 import threading
 from typing import Callable
 
@@ -39,17 +38,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ..contracts.contract import Contract
+from ..core.reasons import ReasonCode
 from ..core.request import Request
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2)
 OTHER = "other"
-_CODE = re.compile(r"[a-z_][a-z0-9_]*")
-
-
-def reason_code(reason: str) -> str:
-    code = reason.split(":", 1)[0].strip().lower()
-    return code if _CODE.fullmatch(code) and len(code) <= 40 else OTHER
 
 
 class TenantLabels:
@@ -105,8 +99,9 @@ class ServiceMetrics:
     def klass(self, k: str) -> str:
         return k if k in self.classes else OTHER
 
-    def rejected(self, tenant: str, reason: str) -> None:
-        self.rejections.labels(self.tenant(tenant), reason_code(reason)).inc()
+    def rejected(self, tenant: str, code: ReasonCode | None) -> None:
+        """One request refused at the door, labelled by its reason code."""
+        self.rejections.labels(self.tenant(tenant), (code or ReasonCode.UNSPECIFIED).value).inc()
 
     def preempted(self, tenant: str, n: int = 1) -> None:
         self.preemptions.labels(self.tenant(tenant)).inc(n)

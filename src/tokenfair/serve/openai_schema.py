@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -187,15 +187,6 @@ class ChatChoice(BaseModel):
     logprobs: None = None
 
 
-class ChatCompletionResponse(BaseModel):
-    id: str
-    object: Literal["chat.completion"] = "chat.completion"
-    created: int
-    model: str
-    choices: list[ChatChoice]
-    usage: Usage
-
-
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
@@ -203,13 +194,26 @@ class CompletionChoice(BaseModel):
     logprobs: None = None
 
 
-class CompletionResponse(BaseModel):
+ChoiceT = TypeVar("ChoiceT", ChatChoice, CompletionChoice)
+
+
+class GenerationResponse(BaseModel, Generic[ChoiceT]):
+    """A non-streamed generation's body; each route names its ``object`` (a subclass keeps
+    the field's place)."""
     id: str
-    object: Literal["text_completion"] = "text_completion"
+    object: str
     created: int
     model: str
-    choices: list[CompletionChoice]
+    choices: list[ChoiceT]
     usage: Usage
+
+
+class ChatCompletionResponse(GenerationResponse[ChatChoice]):
+    object: Literal["chat.completion"] = "chat.completion"
+
+
+class CompletionResponse(GenerationResponse[CompletionChoice]):
+    object: Literal["text_completion"] = "text_completion"
 
 
 class ModelCard(BaseModel):

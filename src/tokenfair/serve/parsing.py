@@ -8,6 +8,7 @@ import math
 import re
 import uuid
 
+from ..core.reasons import ReasonCode
 from .errors import ServiceError
 from .jobs import GenRequest
 from .limits import refuse_unsupported
@@ -19,18 +20,18 @@ def parse_body(raw_bytes: bytes, model_cls):
     try:
         raw = json.loads(raw_bytes or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-        raise ServiceError(400, "body is not valid JSON", "invalid_json") from None
+        raise ServiceError(400, "body is not valid JSON", ReasonCode.INVALID_JSON) from None
     if not isinstance(raw, dict):
-        raise ServiceError(400, "body must be a JSON object", "invalid_request")
+        raise ServiceError(400, "body must be a JSON object", ReasonCode.INVALID_REQUEST)
     refuse_unsupported(raw)
     try:
         body = model_cls.model_validate(raw)
     except Exception as err:  # pydantic.ValidationError (or a validator's own error)
         errors = getattr(err, "errors", None)
         if errors is None:
-            raise ServiceError(400, f"invalid request: {err}", "invalid_request") from None
+            raise ServiceError(400, f"invalid request: {err}", ReasonCode.INVALID_REQUEST) from None
         msg, param = validation_message(err.errors())
-        raise ServiceError(400, msg, "invalid_request", param) from None
+        raise ServiceError(400, msg, ReasonCode.INVALID_REQUEST, param) from None
     return body, raw
 
 
@@ -41,9 +42,10 @@ def _header_float(headers, name: str) -> float | None:
     try:
         v = float(raw)
     except ValueError:
-        raise ServiceError(400, f"header {name}: expected a number, got {raw!r}", "invalid_header", name) from None
+        raise ServiceError(400, f"header {name}: expected a number, got {raw!r}", ReasonCode.INVALID_HEADER,
+                           name) from None
     if not math.isfinite(v):
-        raise ServiceError(400, f"header {name}: must be finite", "invalid_header", name)
+        raise ServiceError(400, f"header {name}: must be finite", ReasonCode.INVALID_HEADER, name)
     return v
 
 
@@ -54,7 +56,8 @@ def build_gen_request(kind: str, body, raw: dict, headers, tenant: str) -> GenRe
     if deadline is None and ext is not None:
         deadline = ext.deadline_s
     if deadline is not None and deadline <= 0:
-        raise ServiceError(400, "x-tokenfair-deadline-s: must be > 0 seconds", "invalid_header", "x-tokenfair-deadline-s")
+        raise ServiceError(400, "x-tokenfair-deadline-s: must be > 0 seconds", ReasonCode.INVALID_HEADER,
+                           "x-tokenfair-deadline-s")
     priority = _header_float(headers, "x-tokenfair-priority")
     if priority is None and ext is not None:
         priority = ext.priority

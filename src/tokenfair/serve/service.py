@@ -13,14 +13,16 @@ from typing import Any
 from ..contracts.contract import Contract
 from ..runtime.intake import make_request
 from ..evaluation.metrics import entitled_shares, request_record
+from ..core.reasons import CLIENT_CLOSED, Reason, ReasonCode
 from ..core.request import Request, Status
+from ..sched.policy import Policy
 from ..workloads.workload import TraceRow
 from .auth import KeyRing
 from .body_precheck import BodyPrechecker
 from .errors import ServiceError, http_status_of
 from .jobs import GenRequest, Job, RecordSink
 from .defaults import DEFAULT_MAX_BODY_BYTES
-from .metrics import ServiceMetrics, reason_code
+from .metrics import ServiceMetrics
 
 
 class Service:
@@ -43,7 +45,7 @@ class Service:
         self._t0 = time.perf_counter()
         self._seq = itertools.count()
         self.closing = False
-        self.policy = None
+        self.policy: Policy | None = None                   # bound to the contract by the mode
         self.policy_lock: Any = nullcontext()
         self.admitted_by: dict[str, tuple[str, str]] = {}   # request id -> (version, hash) at intake
         self.live: Any = None                              # serve/contract_live.LiveContract
@@ -68,19 +70,21 @@ class Service:
             raise self.refuse(req, reject, now, endpoint=g.kind)
         return req
 
-    def refuse(self, req: Request, reason: str, now: float, retry_after: float | None = None,
+    def refuse(self, req: Request, reason: Reason | None, now: float, retry_after: float | None = None,
                endpoint: str | None = None, param: str | None = None) -> ServiceError:
-        """End ``req`` as REJECTED with ``reason`` (recorded once) and build its HTTP error."""
+        """End ``req`` as REJECTED with ``reason`` (recorded once) and build its HTTP error
+        (``reason`` None: ``req`` already ended, with its own)."""
         if not req.status.is_terminal:
-            req.status, req.reason, req.finish_s = Status.REJECTED, reason, now
-        self.metrics.rejected(req.tenant, req.reason)
+            assert reason is not None, "a request refused at the door needs a reason"
+            req.status, req.end_reason, req.finish_s = Status.REJECTED, reason, now
+        self.metrics.rejected(req.tenant, req.reason_code)
         self.record(req, endpoint=endpoint)
         return self.rejection_error(req, retry_after, param)
 
     def rejection_error(self, req: Request, retry_after: float | None = None,
                         param: str | None = None) -> ServiceError:
         status = http_status_of(req)
-        code = reason_code(req.reason)
+        code = req.reason_code
         headers: dict[str, str] = {}
         if status == 429:
             headers = self.ratelimit_headers(req.tenant, retry_after if retry_after is not None
@@ -95,14 +99,9 @@ class Service:
         spec = self.contract.tenant(tenant)
         retry = max(1, math.ceil(retry_after))
         with self.policy_lock:
-            t = getattr(self.policy, "tenants", {}).get(tenant)
-            waiting = t.num_waiting if t is not None else 0
-            bucket = None
-            if spec.rate_limit is not None and t is not None:
-                adm = getattr(self.policy, "admission", None)
-                if adm is not None:
-                    adm.refill(t, self.now())
-                bucket = t.bucket
+            view = self.policy.tenant_view(tenant, self.now()) if self.policy is not None else None
+        waiting = view.num_waiting if view is not None else 0
+        bucket = view.bucket if view is not None else None
         h = {"retry-after": str(retry),
              "x-ratelimit-limit-requests": str(spec.max_queued),
              "x-ratelimit-remaining-requests": str(max(0, spec.max_queued - waiting)),
@@ -115,25 +114,23 @@ class Service:
             h["x-ratelimit-reset-tokens"] = f"{max(0.0, (rl.burst_tokens - b) / rl.tokens_per_s):.3f}s"
         return h
 
-    def door_check(self, req: Request, now: float) -> tuple[str, float] | None:
+    def door_check(self, req: Request, now: float) -> tuple[Reason, float] | None:
         """A token-rate-limited tenant whose bucket cannot admit ``req`` within its class's
         max wait is refused now (``rate_limited``) rather than left to starve in the queue.
         Call with ``policy_lock`` held.  Returns (reason, retry_after_s) or None."""
         spec = self.contract.tenant(req.tenant)
         rl = spec.rate_limit
-        tenants = getattr(self.policy, "tenants", None)
-        if rl is None or tenants is None or req.max_wait_s is None or not self.contract.admission.shed_over_max_wait:
+        if rl is None or self.policy is None or req.max_wait_s is None or not self.contract.admission.shed_over_max_wait:
             return None
-        t = self.policy.tenant(req.tenant, now)
-        self.policy.admission.refill(t, now)
-        qc = t.queued_cost                       # a float, or per class in newer policies
-        queued = sum(qc.values()) if isinstance(qc, dict) else float(qc)
-        wait = max(0.0, queued - t.bucket) / rl.tokens_per_s
+        view = self.policy.tenant_view(req.tenant, now)
+        if view is None or view.bucket is None:  # nothing queued yet (a full bucket), or no bucket kept
+            return None
+        wait = max(0.0, view.queued_cost - view.bucket) / rl.tokens_per_s
         limit = self.contract.admission.shed_margin * req.max_wait_s
         if wait <= limit:
             return None
-        return (f"rate_limited: tenant {req.tenant!r} token rate limit ({rl.tokens_per_s:g}/s) admits this "
-                f"request in ~{wait:.1f}s > {limit:.1f}s (class {req.klass!r}); retry after ~{wait - limit:.0f}s",
+        return (Reason(ReasonCode.RATE_LIMITED, f"tenant {req.tenant!r} token rate limit ({rl.tokens_per_s:g}/s) "
+                f"admits this request in ~{wait:.1f}s > {limit:.1f}s (class {req.klass!r}); retry after ~{wait - limit:.0f}s"),
                 wait - limit)
 
     # -- terminal bookkeeping
@@ -153,17 +150,14 @@ class Service:
 
     def share_snapshot(self, now: float) -> tuple[dict, dict]:
         """(recent service share, entitled share) per active tenant of a fair policy."""
-        pol = self.policy
-        tenants = getattr(pol, "tenants", None)
+        tenants = self.policy.snapshot(now).tenants if self.policy is not None else {}
         if not tenants:
             return {}, {}
-        tau = getattr(pol, "share_tau_s", 10.0)
-        recent = {n: t.decayed_recent(now, tau) for n, t in tenants.items()}
-        total = sum(recent.values())
-        share = {n: (v / total if total > 0 else 0.0) for n, v in recent.items()}
-        active = [n for n, t in tenants.items() if t.num_waiting or t.running]
+        total = sum(v.recent_service for v in tenants.values())
+        share = {n: (v.recent_service / total if total > 0 else 0.0) for n, v in tenants.items()}
+        active = [n for n, v in tenants.items() if v.is_active]
         ent = entitled_shares({n: tenants[n].weight for n in active},
-                              {n: tenants[n].spec.min_share for n in active}) if active else {}
+                              {n: tenants[n].min_share for n in active}) if active else {}
         return share, {n: ent.get(n, 0.0) for n in tenants}
 
     # -- to implement
@@ -191,7 +185,7 @@ class Service:
     def submit(self, g: GenRequest) -> Job:
         raise NotImplementedError
 
-    def cancel(self, job: Job, reason: str = "client_disconnected: the client closed the connection") -> None:
+    def cancel(self, job: Job, reason: Reason = CLIENT_CLOSED) -> None:
         raise NotImplementedError
 
     def health(self) -> tuple[bool, dict]:

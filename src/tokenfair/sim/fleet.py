@@ -19,12 +19,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
 from ..runtime.intake import make_request
 from ..runtime.recorder import Recorder
+from ..core.reasons import Reason, ReasonCode
 from ..core.request import Request
 from ..sched.scheduler import IterationScheduler
 from ..workloads.workload import Workload
@@ -36,6 +37,9 @@ from .routers import DEFAULT_LOAD_BOUND, ROUTERS, make_router
 FLEET_POLICIES = ("none", "fair")
 ROUTER_STALENESS_S = 0.2        # how old a replica's state a router may read (see _run_routed)
 DEFAULT_CACHED_DISCOUNT = 0.1
+# the fields of FleetConfig that name one of a set: field -> (what it names, the names)
+_NAMED_CHOICES: dict[str, tuple[str, tuple[str, ...]]] = {"router": ("router", ROUTERS),
+                                                         "fleet_policy": ("fleet policy", FLEET_POLICIES)}
 
 
 class FleetConfig(BaseModel):
@@ -52,18 +56,12 @@ class FleetConfig(BaseModel):
     cached_discount: float = Field(default=DEFAULT_CACHED_DISCOUNT, ge=0.0, le=1.0)
     load_bound: float = Field(default=DEFAULT_LOAD_BOUND, ge=1.0)
 
-    @field_validator("router")
+    @field_validator(*_NAMED_CHOICES)
     @classmethod
-    def _known_router(cls, v: str) -> str:
-        if v not in ROUTERS:
-            raise ValueError(f"unknown router {v!r}; choose one of {', '.join(ROUTERS)}")
-        return v
-
-    @field_validator("fleet_policy")
-    @classmethod
-    def _known_fleet_policy(cls, v: str) -> str:
-        if v not in FLEET_POLICIES:
-            raise ValueError(f"unknown fleet policy {v!r}; choose one of {', '.join(FLEET_POLICIES)}")
+    def _known_choice(cls, v: str, info: ValidationInfo) -> str:
+        what, choices = _NAMED_CHOICES[info.field_name]
+        if v not in choices:
+            raise ValueError(f"unknown {what} {v!r}; choose one of {', '.join(choices)}")
         return v
 
 
@@ -257,4 +255,4 @@ def _run_gated(rows, contract: Contract, replicas: list[Replica], router, gate: 
             gate.dispatch(r.now_s, replicas, router, hashes_of, release)
         events.push(r)
     if gate.policy.num_waiting():
-        gate.fail_waiting("unschedulable: no replica can ever admit it", max(r.now_s for r in replicas))
+        gate.fail_waiting(Reason(ReasonCode.UNSCHEDULABLE, "no replica can ever admit it"), max(r.now_s for r in replicas))

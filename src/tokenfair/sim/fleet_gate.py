@@ -1,7 +1,8 @@
 """The fair gateway in front of a simulated fleet: ``tokenfair gateway``'s layers 1-3, run
 through the gateway's own dispatch code (``sched/gateway_round.py``).
 
-  arrival   ``on_arrival`` (429-style rejection) then ``enqueue`` into the gateway's policy;
+  arrival   ``sched/arrival.arrive``: ``on_arrival`` (429-style rejection) then ``enqueue``
+            into the gateway's policy;
   dispatch  a round (``begin_round`` + ``release_round``) at every arrival, every time a
             replica ends a request the gateway released, and at the policy's wake-up: while
             a replica has room in its window (``window`` requests released and not ended),
@@ -33,8 +34,11 @@ from typing import Callable, Sequence
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
 from ..core.kv import BlockPool
+from ..core.reasons import Reason
 from ..core.request import Request, Status
+from ..sched import arrival
 from ..sched.gateway_round import begin_round, release_round
+from ..sched.policy import end_each_waiting
 from ..sched.predictor import OnlinePredictor
 from ..sched.registry import make_policy
 from .replica import Replica
@@ -70,16 +74,12 @@ class FleetGate:
 
     # -- arrival --------------------------------------------------------------------------------
     def arrive(self, req: Request, now: float) -> None:
-        req.predicted_output = self.predictor.predict(req)
-        reason = self.policy.on_arrival(req, now)
+        reason = arrival.arrive(self.policy, self.predictor, req, now)
         if reason is not None:
             self._end(req, Status.REJECTED, reason, now)
-            return
-        req.status = Status.WAITING
-        self.policy.enqueue(req, now)
 
-    def _end(self, req: Request, status: Status, reason: str, now: float) -> None:
-        req.status, req.reason, req.finish_s = status, reason, now
+    def _end(self, req: Request, status: Status, reason: Reason, now: float) -> None:
+        req.status, req.end_reason, req.finish_s = status, reason, now
         if req.scheduled_s is not None:
             self.policy.on_finish(req, now)
 
@@ -157,7 +157,7 @@ class FleetGate:
             self._first_token(gw, rr, cached, now)
         more = rr.num_output - gw.num_output
         gw.num_output, gw.num_computed = rr.num_output, rr.num_computed
-        gw.status, gw.reason, gw.finish_s = rr.status, rr.reason, rr.finish_s
+        gw.status, gw.end_reason, gw.finish_s = rr.status, rr.end_reason, rr.finish_s
         if more > 0:
             self.policy.on_served(gw, 0, more, now)   # the streamed tokens, reported at the end
         if rr.first_token_s is not None and rr.finish_s is not None and rr.num_output > 1:
@@ -168,11 +168,6 @@ class FleetGate:
             self.predictor.observe(gw, gw.num_output)
         self.policy.on_finish(gw, now)
 
-    def fail_waiting(self, reason: str, now: float) -> None:
+    def fail_waiting(self, reason: Reason, now: float) -> None:
         """Nothing can ever release what still waits: end it with ``reason``."""
-        while True:
-            req = self.policy.pick(now, set())
-            if req is None:
-                return
-            self.policy.take(req)
-            self._end(req, Status.FAILED, reason, now)
+        end_each_waiting(self.policy, now, lambda req: self._end(req, Status.FAILED, reason, now))

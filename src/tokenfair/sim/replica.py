@@ -20,6 +20,7 @@ from typing import Sequence
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
 from ..runtime.recorder import Recorder
+from ..core.reasons import NEVER_ADMITTED, Reason, ReasonCode
 from ..core.request import Request
 from ..sched.registry import make_policy
 from ..sched.scheduler import IterationScheduler
@@ -61,7 +62,8 @@ class Replica:
         ``loop.run`` does for an arrival, plus the prefix-cache lookup."""
         self.num_routed += 1
         if row.prompt_tokens + 1 > self.capacity_tokens:
-            self.sched.reject(req, f"prompt_exceeds_kv_capacity: {row.prompt_tokens} tokens > {self.capacity_tokens}", t)
+            self.sched.reject(req, Reason(ReasonCode.PROMPT_EXCEEDS_KV_CAPACITY,
+                                          f"{row.prompt_tokens} tokens > {self.capacity_tokens}"), t)
         else:
             self.fed.add(req, row)
             if self.cache is not None and row.prefix_hashes:
@@ -91,7 +93,7 @@ class Replica:
                 raise RuntimeError(f"scheduler produced an empty step with {len(sched.running)} running requests")
             wake = sched.policy_wakeup(now)
             if wake == math.inf and not more_coming:
-                sched.fail_waiting("unschedulable: no resource can ever admit it", now)
+                sched.fail_waiting(NEVER_ADMITTED, now)
                 self.now_s = self.wake_s = now
                 return
             self.now_s, self.wake_s = now, max(now, wake)

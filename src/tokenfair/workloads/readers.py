@@ -12,11 +12,14 @@ import csv
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, Iterable, NamedTuple, TypeVar
 
 from tokenfair.workloads.transforms import spread_tenants
 from tokenfair.workloads.workload import (REQUIRED, TraceRow, Workload, WorkloadError, parse_number, json_object, read_trace,
                                 row_from_mapping)
+
+
+T = TypeVar("T")
 
 
 class SkippedRow(NamedTuple):
@@ -36,6 +39,40 @@ def _collect(skipped: list[SkippedRow] | None, path: Path, line: int, err: Workl
     if skipped is None:
         raise err
     skipped.append(SkippedRow(str(path), line, str(err)))
+
+
+def parse_csv_rows(reader: csv.DictReader, path: Path, skipped: list[SkippedRow] | None,
+                   parse: Callable[[dict[str, str], int, str], T]) -> list[T]:
+    """``parse(row, line, where)`` of each data row (``where``: ``path:line``).  A row with more
+    fields than the header, or one ``parse`` raises WorkloadError for, goes to ``skipped``
+    (None: the error is raised)."""
+    out: list[T] = []
+    for i, d in enumerate(reader, start=2):
+        where = f"{path}:{i}"
+        try:
+            if None in d:
+                raise WorkloadError(f"{where}: more fields than the header has")
+            out.append(parse(d, i, where))
+        except WorkloadError as err:
+            _collect(skipped, path, i, err)
+    return out
+
+
+def parse_jsonl_rows(fh: Iterable[str], path: Path, skipped: list[SkippedRow] | None,
+                     parse: Callable[[dict, int, str], T]) -> list[T]:
+    """``parse(object, line, where)`` of each non-blank line's JSON object (``where``:
+    ``path:line``).  A line that is no JSON object, or one ``parse`` raises WorkloadError for,
+    goes to ``skipped`` (None: the error is raised)."""
+    out: list[T] = []
+    for i, line in enumerate(fh, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{i}"
+        try:
+            out.append(parse(json_object(line, where), i, where))
+        except WorkloadError as err:
+            _collect(skipped, path, i, err)
+    return out
 
 
 def finish_workload(name: str, rows: list[TraceRow], skipped: list[SkippedRow] | None, source: str,
@@ -96,23 +133,14 @@ def check_header(reader: csv.DictReader, columns: tuple[str, ...], path: Path, w
 
 
 def _azure_rows(path: Path, tenant: str, skipped: list[SkippedRow] | None) -> list[tuple[int, TraceRow]]:
-    out: list[tuple[int, TraceRow]] = []
+    def parse(d: dict[str, str], line: int, where: str) -> tuple[int, TraceRow]:
+        ns = parse_timestamp_ns(d.get("TIMESTAMP") or "", where)
+        return ns, TraceRow(f"{tenant}-{line - 2}", 0.0, tenant,
+                            _int_field(d, "ContextTokens", where), _int_field(d, "GeneratedTokens", where))
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)
         check_header(reader, AZURE_COLS, path, "an Azure trace")
-        for i, d in enumerate(reader, start=2):
-            where = f"{path}:{i}"
-            try:
-                if None in d:
-                    raise WorkloadError(f"{where}: more fields than the header has")
-                ns = parse_timestamp_ns(d.get("TIMESTAMP") or "", where)
-                row = TraceRow(f"{tenant}-{i - 2}", 0.0, tenant,
-                               _int_field(d, "ContextTokens", where), _int_field(d, "GeneratedTokens", where))
-            except WorkloadError as err:
-                _collect(skipped, path, i, err)
-                continue
-            out.append((ns, row))
-    return out
+        return parse_csv_rows(reader, path, skipped, parse)
 
 
 def read_azure(code_path: str | Path | None = None, conv_path: str | Path | None = None, *,
@@ -158,24 +186,18 @@ def read_mooncake(path: str | Path, *, tenant: str = "default", skip_bad_rows: b
     if not p.exists():
         raise WorkloadError(f"{p}: no such trace file")
     skipped: list[SkippedRow] | None = [] if skip_bad_rows else None
-    rows: list[TraceRow] = []
+
+    def parse(d: dict, line: int, where: str) -> TraceRow:
+        if d.get("timestamp") is None:
+            raise WorkloadError(f"{where}: field 'timestamp' is missing")
+        ts = parse_number(d["timestamp"], float, where, "timestamp", minimum=0)
+        hashes = d.get("hash_ids") or []
+        if not isinstance(hashes, list) or any(isinstance(h, bool) or not isinstance(h, int) for h in hashes):
+            raise WorkloadError(f"{where}: field 'hash_ids': expected a list of integers, got {hashes!r:.60}")
+        return TraceRow(f"mc-{line - 1}", ts / 1000.0, tenant, _int_field(d, "input_length", where),
+                        _int_field(d, "output_length", where), prefix_hashes=tuple(hashes))
     with p.open() as fh:
-        for i, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{p}:{i}"
-            try:
-                d = json_object(line, where)
-                if d.get("timestamp") is None:
-                    raise WorkloadError(f"{where}: field 'timestamp' is missing")
-                ts = parse_number(d["timestamp"], float, where, "timestamp", minimum=0)
-                hashes = d.get("hash_ids") or []
-                if not isinstance(hashes, list) or any(isinstance(h, bool) or not isinstance(h, int) for h in hashes):
-                    raise WorkloadError(f"{where}: field 'hash_ids': expected a list of integers, got {hashes!r:.60}")
-                rows.append(TraceRow(f"mc-{i - 1}", ts / 1000.0, tenant, _int_field(d, "input_length", where),
-                                     _int_field(d, "output_length", where), prefix_hashes=tuple(hashes)))
-            except WorkloadError as err:
-                _collect(skipped, p, i, err)
+        rows = parse_jsonl_rows(fh, p, skipped, parse)
     wl = finish_workload(f"mooncake-{p.stem}", rows, skipped, str(p))
     return spread_tenants(wl, num_tenants, seed=seed, zipf_s=zipf_s) if num_tenants else wl
 
@@ -192,23 +214,17 @@ def read_vtc(path: str | Path, *, skip_bad_rows: bool = False, num_tenants: int 
     if not p.exists():
         raise WorkloadError(f"{p}: no such trace file")
     skipped: list[SkippedRow] | None = [] if skip_bad_rows else None
-    rows: list[TraceRow] = []
+
+    def parse(d: dict[str, str], line: int, where: str) -> TraceRow:
+        for f in ("req_id", "client", "arrival_s"):
+            if not (d.get(f) or "").strip():
+                raise WorkloadError(f"{where}: field {f!r} is missing")
+        return TraceRow(d["req_id"].strip(), parse_number(d["arrival_s"].strip(), float, where, "arrival_s", minimum=0),
+                        d["client"].strip(), _int_field(d, "prompt_len", where), _int_field(d, "output_len", where))
     with p.open(newline="") as fh:
         reader = csv.DictReader(fh)
         check_header(reader, VTC_COLS, p, "a VTC trace")
-        for i, d in enumerate(reader, start=2):
-            where = f"{p}:{i}"
-            try:
-                if None in d:
-                    raise WorkloadError(f"{where}: more fields than the header has")
-                for f in ("req_id", "client", "arrival_s"):
-                    if not (d.get(f) or "").strip():
-                        raise WorkloadError(f"{where}: field {f!r} is missing")
-                rows.append(TraceRow(d["req_id"].strip(), parse_number(d["arrival_s"].strip(), float, where, "arrival_s", minimum=0),
-                                     d["client"].strip(), _int_field(d, "prompt_len", where),
-                                     _int_field(d, "output_len", where)))
-            except WorkloadError as err:
-                _collect(skipped, p, i, err)
+        rows = parse_csv_rows(reader, p, skipped, parse)
     wl = finish_workload(f"vtc-{p.stem}", rows, skipped, str(p))
     return spread_tenants(wl, num_tenants, seed=seed, zipf_s=zipf_s) if num_tenants else wl
 
@@ -223,26 +239,14 @@ def read_tokenfair(path: str | Path, *, skip_bad_rows: bool = False) -> TraceWor
         wl = read_trace(p)
         return TraceWorkload(wl.name, wl.rows)
     skipped: list[SkippedRow] = []
-    rows: list[TraceRow] = []
+    rows: list[TraceRow]
     if p.suffix.lower() == ".csv":
         with p.open(newline="") as fh:
             reader = csv.DictReader(fh)
             if any(f not in (reader.fieldnames or []) for f in REQUIRED):
                 return read_tokenfair(p)  # header error: read_trace raises it
-            for i, d in enumerate(reader, start=2):
-                try:
-                    if None in d:
-                        raise WorkloadError(f"{p}:{i}: more fields than the header has")
-                    rows.append(row_from_mapping(d, f"{p}:{i}"))
-                except WorkloadError as err:
-                    _collect(skipped, p, i, err)
+            rows = parse_csv_rows(reader, p, skipped, lambda d, line, where: row_from_mapping(d, where))
     else:
         with p.open() as fh:
-            for i, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    rows.append(row_from_mapping(json_object(line, f"{p}:{i}"), f"{p}:{i}"))
-                except WorkloadError as err:
-                    _collect(skipped, p, i, err)
+            rows = parse_jsonl_rows(fh, p, skipped, lambda d, line, where: row_from_mapping(d, where))
     return finish_workload(p.stem, rows, skipped, str(p), rebase=False)

@@ -33,7 +33,9 @@ from collections.abc import Callable
 
 from ...runtime.intake import make_request
 from ...core.kv import BlockPool
+from ...core.reasons import Reason, ReasonCode
 from ...core.request import Request, Status
+from ...sched.arrival import arrive
 from ...sched.predictor import OnlinePredictor
 from ...sched.registry import make_policy
 from ...workloads.workload import TraceRow
@@ -66,13 +68,13 @@ class PolicyBridge:
         self.policy = make_policy(settings.policy)
         self.policy.bind(self.contract, self.profile, self.pool, self.predictor)
         self.by_id: dict[str, Request] = {}
-        self.rejected: dict[str, str] = {}      # request id -> reason, finished at the next step
+        self.rejected: dict[str, Reason] = {}   # request id -> reason, finished at the next step
         self.num_seq = 0
         self.step_started_s = clock()
         self.last_step_s = self.step_started_s
         self.step_stats: tuple[int, int, list[Request]] = (0, 0, [])
         self.counts = {"arrived": 0, "rejected": 0, "expired": 0, "finished": 0, "held_back": 0, "work_conserving": 0,
-                       "preempted": 0}
+                       "preempted": 0, "urgent_preempted": 0}
 
     # -- arrival ----------------------------------------------------------------------
     def arrive(self, vreq) -> Request | None:
@@ -87,20 +89,17 @@ class PolicyBridge:
         req.payload = vreq
         req.num_computed = int(vreq.num_computed_tokens)
         self.counts["arrived"] += 1
-        req.predicted_output = self.predictor.predict(req)
         if reason is None:
-            reason = self.policy.on_arrival(req, now)
+            reason = arrive(self.policy, self.predictor, req, now)
         if reason is not None:
-            req.status, req.reason = Status.REJECTED, reason
+            req.status, req.end_reason = Status.REJECTED, reason
             self.rejected[vreq.request_id] = reason
             self.counts["rejected"] += 1
             req.finish_s = now
             self.record(req)
             log.warning("tokenfair: request %s of tenant %r rejected: %s", vreq.request_id, tenant, reason)
             return None
-        req.status = Status.WAITING
         self.by_id[vreq.request_id] = req
-        self.policy.enqueue(req, now)
         return req
 
     # -- admission --------------------------------------------------------------------
@@ -117,21 +116,7 @@ class PolicyBridge:
         """The contract's hard per-tenant limits only (not the soft headroom reservations):
         max_concurrency, the KV quota, the token-rate bucket, and KV for the prompt."""
         pool = self.pool
-        tenant_of = getattr(self.policy, "tenant", None)     # the fair policy's tenant state
-        if tenant_of is None:
-            return pool.blocks_for(req.num_uncomputed) <= pool.num_free
-        t = tenant_of(req.tenant, now)
-        spec = t.spec
-        if spec.max_concurrency is not None and len(t.running) >= spec.max_concurrency:
-            return False
-        quota = spec.kv_quota_blocks or (pool.blocks_for(spec.kv_quota_tokens) if spec.kv_quota_tokens else None)
-        if quota is not None and t.running and t.kv_blocks() + pool.blocks_for(req.num_tokens + req.predicted_remaining) > quota:
-            return False
-        if spec.rate_limit is not None:
-            self.policy.admission.refill(t, now)
-            if t.bucket < 0:
-                return False
-        return pool.blocks_for(req.num_uncomputed) <= pool.num_free
+        return self.policy.can_admit_within_limits(req, now) and pool.blocks_for(req.num_uncomputed) <= pool.num_free
 
     def admitted(self, req: Request, now: float) -> None:
         req.status = Status.RUNNING
@@ -181,16 +166,15 @@ class PolicyBridge:
         """vLLM (priority mode) evicts the running request with the largest ``priority``:
         give the policy's first victim the largest rank.  Requests the contract protects
         (not preemptible, preempted too often, in cool-down) rank below every other."""
-        pre = getattr(self.policy, "preemption", None)
         keyed = []
         for i, vreq in enumerate(running):
             req = self.by_id.get(vreq.request_id)
-            if req is None or pre is None:
+            order = self.policy.victim_order(req, now) if req is not None else None
+            if order is None:
                 keyed.append(((1, i, 0, 0, 0), vreq))            # newest first (vLLM FCFS)
                 continue
-            protected = 0 if pre.eligible(req, now) else 1
-            k = pre.key(req, now, self.policy.overshare(req))
-            keyed.append(((1 - protected, -k[0], -k[1], -k[2], -k[3]), vreq))   # victim last
+            protected, k0, k1, k2, k3 = order
+            keyed.append(((1 - protected, -k0, -k1, -k2, -k3), vreq))   # victim last
         keyed.sort(key=lambda kv: kv[0])
         for rank, (_, vreq) in enumerate(keyed):
             vreq.priority = rank - MAX_PRIORITY_RANK
@@ -245,10 +229,10 @@ class PolicyBridge:
         self.policy.on_step_end(now, max(1e-6, now - self.last_step_s))
         self.last_step_s = now
 
-    def expired(self, req: Request, reason: str) -> None:
+    def expired(self, req: Request, reason: Reason) -> None:
         """The policy expired ``req`` (already out of its queue): vLLM ends it with an error."""
         self.by_id.pop(req.request_id, None)
-        req.status, req.reason, req.payload = Status.EXPIRED, reason, None
+        req.status, req.end_reason, req.payload = Status.EXPIRED, reason, None
         req.finish_s = self.clock()
         self.counts["expired"] += 1
         self.record(req)
@@ -275,9 +259,9 @@ class PolicyBridge:
         req.finish_s = now
         if req.status is Status.WAITING:
             self.policy.discard(req)
-            req.status, req.reason = Status.FAILED, f"vllm: {vreq.status}"
+            req.status, req.end_reason = Status.FAILED, Reason(ReasonCode.VLLM, f"{vreq.status}")
         else:
-            req.status, req.reason = Status.FINISHED, f"vllm: {vreq.status}"
+            req.status, req.end_reason = Status.FINISHED, Reason(ReasonCode.VLLM, f"{vreq.status}")
             self.predictor.observe(req, req.num_output)
             self.policy.on_finish(req, now)
         req.payload = None

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from vllm.v1.core.sched.request_queue import RequestQueue
 
+from ...core.reasons import Reason
 from ...core.request import Request
 from .bridge import PolicyBridge
 
@@ -68,7 +69,7 @@ class PolicyQueue(RequestQueue):
                 return req
             tried.add(req.tenant)
 
-    def expire(self, req: Request, reason: str) -> None:
+    def expire(self, req: Request, reason: Reason) -> None:
         """The policy expired ``req`` (deadline infeasible): it ends with an error next."""
         vreq = self.waiting.pop(req.request_id, None)
         self.bridge.expired(req, reason)

@@ -23,6 +23,7 @@ from ... import core_build  # noqa: E402
 from .bridge import PolicyBridge  # noqa: E402
 from .queue import PolicyQueue  # noqa: E402
 from .settings import load_settings  # noqa: E402
+from .urgent import preempt_for_urgent  # noqa: E402
 
 log = logging.getLogger("tokenfair.vllm")
 
@@ -56,6 +57,7 @@ def _before_schedule(sched) -> None:
     for req, reason in bridge.policy.expire(bridge.clock()):
         sched.waiting.expire(req, reason)
     prefill_budget = bridge.before_step(sched.running, free)
+    preempt_for_urgent(sched, bridge.clock())       # a blocked urgent head evicts the policy's victim
     num_decodes = sum(1 for r in sched.running if r.num_computed_tokens >= r.num_prompt_tokens)
     sched.max_num_scheduled_tokens = max(1, min(sched.tokenfair_base_budget, num_decodes + prefill_budget))
     sched.scheduler_config.long_prefill_token_threshold = max(1, min(bridge.contract.engine.chunk_size,

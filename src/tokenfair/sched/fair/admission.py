@@ -20,6 +20,7 @@ import math
 
 from ...contracts.contract import Contract
 from ...core.kv import BlockPool
+from ...core.reasons import Reason, ReasonCode
 from ...core.request import Request
 from .tenant import TenantState
 
@@ -45,19 +46,27 @@ class AdmissionControl:
     def reserved_slots(self, t: TenantState) -> int:
         return int(math.floor(t.spec.min_share * self.max_running))
 
-    def on_arrival(self, t: TenantState, req: Request) -> str | None:
+    def on_arrival(self, t: TenantState, req: Request) -> Reason | None:
         if t.num_waiting >= t.spec.max_queued:
-            return f"queue_full: tenant {t.name!r} has {t.num_waiting} queued (max_queued {t.spec.max_queued})"
+            return Reason(ReasonCode.QUEUE_FULL,
+                          f"tenant {t.name!r} has {t.num_waiting} queued (max_queued {t.spec.max_queued})")
         return None
 
     def refill(self, t: TenantState, now: float) -> None:
         rl = t.spec.rate_limit
         if rl is None:
             return
-        t.bucket = min(rl.burst_tokens, t.bucket + (now - t.bucket_t) * rl.tokens_per_s)
+        t.bucket = bucket_level(t, now)
         t.bucket_t = now
 
     def can_admit(self, t: TenantState, req: Request, num_running: int, cost: float, now: float) -> bool:
+        return (self.within_limits(t, req.prompt_tokens + req.predicted_output, now)
+                and self._reservation_allows(t, num_running))
+
+    def within_limits(self, t: TenantState, num_tokens: int, now: float) -> bool:
+        """The contract's hard limits on ``t`` for one more request that will hold
+        ``num_tokens`` tokens of KV: max_concurrency, the token bucket, the KV quota (not
+        the slot reservations)."""
         spec = t.spec
         if spec.max_concurrency is not None and len(t.running) >= spec.max_concurrency:
             return False
@@ -66,11 +75,7 @@ class AdmissionControl:
             if t.bucket < 0:
                 return False
         quota = spec.kv_quota_blocks or (self.pool.blocks_for(spec.kv_quota_tokens) if spec.kv_quota_tokens else None)
-        if quota is not None and t.running:
-            need = self.pool.blocks_for(req.prompt_tokens + req.predicted_output)
-            if t.kv_blocks() + need > quota:
-                return False
-        return self._reservation_allows(t, num_running)
+        return quota is None or not t.running or t.kv_blocks() + self.pool.blocks_for(num_tokens) <= quota
 
     def _reservation_allows(self, t: TenantState, num_running: int) -> bool:
         if not self.owners:
@@ -100,3 +105,10 @@ class AdmissionControl:
             if t.bucket < 0:
                 best = min(best, now + (-t.bucket) / rl.tokens_per_s + 1e-9)
         return best
+
+
+def bucket_level(t: TenantState, now: float) -> float:
+    """``t``'s token bucket refilled to ``now`` (not written back); ``t`` has a rate limit."""
+    rl = t.spec.rate_limit
+    assert rl is not None
+    return min(rl.burst_tokens, t.bucket + (now - t.bucket_t) * rl.tokens_per_s)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from ...contracts.contract import CostWeights as ContractCosts
+from ...core.costmodel import Profile
 from ...core.request import Request
+
+MIN_COST_WEIGHT: Final = 1e-9
 
 
 class RequestCost:
@@ -34,3 +39,8 @@ class RequestCost:
         """What it has consumed so far (never less than what was recorded before)."""
         prompt_done = req.prompt_tokens if req.num_output else req.num_computed
         return max(req.used_cost, self.wp * prompt_done + self.wd * req.num_output)
+
+
+def prefill_rate(costs: RequestCost, profile: Profile, full: int) -> float:
+    """The cost per second of a step that fills the prefill budget ``full`` (the cost model)."""
+    return costs.wp * full / max(profile.step_s([(full, 0)], 0, 0), MIN_COST_WEIGHT)

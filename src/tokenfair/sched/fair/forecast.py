@@ -30,6 +30,7 @@ import math
 from typing import Final
 
 from ...contracts.contract import Contract
+from ...core.reasons import Reason, ReasonCode
 from ...core.request import Request
 from .queue import WaitingQueue
 from .shares import ShareMeter
@@ -81,7 +82,7 @@ class WaitForecaster:
         self.queue = queue
         self.prefill_rate = prefill_rate
 
-    def shed_reason(self, t: TenantState, req: Request, now: float) -> str | None:
+    def shed_reason(self, t: TenantState, req: Request, now: float) -> Reason | None:
         """Why ``req`` (with a max wait) is shed at arrival: its predicted wait exceeds
         ``shed_margin`` x its class's max wait (None: it is not; the prediction is kept in
         ``req.predicted_wait_s``)."""
@@ -91,8 +92,8 @@ class WaitForecaster:
         req.predicted_wait_s = wait
         limit = self.contract.admission.shed_margin * max_wait_s
         if wait > limit:
-            return (f"overloaded: predicted wait {wait:.1f}s exceeds {limit:.1f}s "
-                    f"(class {req.klass!r} max_wait_s {req.max_wait_s}); retry after ~{wait - limit:.0f}s")
+            return Reason(ReasonCode.OVERLOADED, f"predicted wait {wait:.1f}s exceeds {limit:.1f}s (class "
+                          f"{req.klass!r} max_wait_s {req.max_wait_s}); retry after ~{wait - limit:.0f}s")
         return None
 
     def predicted_wait_s(self, t: TenantState, req: Request, now: float) -> float:

@@ -48,12 +48,19 @@ import heapq
 import math
 from typing import Callable, Final
 
+from ...contracts.contract import Contract
 from ...core.request import Request
 from .tenant import TenantState
 
 FORCE_AFTER_S: Final = 5.0
 FORCE_FRACTION: Final = 0.25
 FORCE_LOOK: Final = 4            # starving tenants examined per pick (the longest starving first)
+
+
+def min_grace_s(contract: Contract) -> float:
+    """The shortest starving grace of any class."""
+    waits = [k.max_wait_s for k in contract.classes.values() if k.max_wait_s is not None]
+    return min([FORCE_AFTER_S] + [FORCE_FRACTION * w for w in waits])
 
 
 def grace_s(head: Request) -> float:

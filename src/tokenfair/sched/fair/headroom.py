@@ -8,7 +8,9 @@ from typing import Final
 
 from ...contracts.contract import Contract
 from ...core.kv import BlockPool
+from ...core.request import Request
 from .roster import TenantRoster
+from .shares import ShareMeter
 from .tenant import TenantState
 
 PEAK_MARGIN: Final = 1.25
@@ -68,6 +70,25 @@ class Headroom:
         if other_active_weight <= MIN_OTHER_WEIGHT:
             return (0, 0)
         return (max(self.headroom_blocks, int(blocks)), max(self.headroom_slots, int(slots)))
+
+    def blocks_to_admit(self, req: Request, first_chunk: int, meter: ShareMeter, keep: Request | None,
+                        now: float) -> int:
+        """Free blocks that must exist before ``req`` is admitted (the fair policy's
+        ``kv_blocks_to_admit``); ``keep``: the forced head's reservation (``picking.py``)."""
+        if req.num_preemptions:
+            need = self.pool.extra_blocks(req, first_chunk)
+        else:
+            # KV-aware: the whole prompt must fit now, so an admitted prefill is not evicted
+            need = self.pool.blocks_for(req.prompt_tokens + 1)
+        t = self.roster.tenants[req.tenant]
+        if not self.within_share(t, need, 0) and not meter.under_share(t, now):
+            # beyond its KV share, a tenant that is not owed service leaves the others'
+            # headroom free; one that is owed service (a prompt larger than its share,
+            # say) is not blocked by reservations, or it could wait for ever
+            need += self.reserved(t, self.roster.num_running)[0]
+        if keep is not None and keep.tenant != req.tenant:
+            need += self.pool.blocks_for(keep.num_tokens + 1)   # the forced head's blocks stay free
+        return need
 
     def reservations(self) -> tuple[dict[str, tuple[float, float]], float, float]:
         """What :meth:`reserved` sums, for every tenant at once: (tenant -> (blocks, slots)

@@ -18,22 +18,22 @@ charges are corrected as tokens are produced (``accounting.py``).  Options: ``or
 
 from __future__ import annotations
 
-from typing import Final
-
 from mypy_extensions import mypyc_attr
 
 from ...contracts.contract import Contract
 from ...core.costmodel import Profile
 from ...core.kv import BlockPool
+from ...core.reasons import Reason
 from ...core.request import Request
 from ..policy import DecodeHold, Policy
 from ..predictor import Predictor
+from ..snapshot import PolicySnapshot, TenantView
 from .accounting import Accounting
 from .admission import AdmissionControl
 from .batching import PrefillShaper
-from .costs import RequestCost
+from .costs import MIN_COST_WEIGHT, RequestCost, prefill_rate
 from .forecast import WaitForecaster
-from .guarantee import FORCE_AFTER_S, FORCE_FRACTION, ServiceGuarantee
+from .guarantee import ServiceGuarantee, min_grace_s
 from .headroom import Headroom
 from .picking import Picker
 from .preemption import PreemptionPolicy
@@ -42,28 +42,12 @@ from .rebind import reclass, retenant
 from .roster import TenantRoster
 from .shaping import BudgetShaper
 from .shares import ShareMeter
-from .steptime import StepTimer
-from .tenant import TenantState
+from .steptime import StepTimer, initial_step_s
+from .tenant import PEAK_TAU_S, TenantState
 from .tpot import DecodeSLOs
 from .urgency import Urgency
+from .view import policy_snapshot, view_of
 from .wfq import VirtualTimeWFQ
-
-PEAK_TAU_S: Final = 60.0
-# the initial recent step time: one decode of this many tokens of context
-INITIAL_STEP_CONTEXT: Final = 1024
-MIN_COST_WEIGHT: Final = 1e-9
-
-
-def prefill_rate(costs: RequestCost, profile: Profile, full: int) -> float:
-    """The cost per second of a step that fills the prefill budget ``full`` (the cost model)."""
-    return costs.wp * full / max(profile.step_s([(full, 0)], 0, 0), MIN_COST_WEIGHT)
-
-
-def min_grace_s(contract: Contract) -> float:
-    """The shortest starving grace of any class (``guarantee.py``)."""
-    waits = [k.max_wait_s for k in contract.classes.values() if k.max_wait_s is not None]
-    return min([FORCE_AFTER_S] + [FORCE_FRACTION * w for w in waits])
-
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class FairPolicy(Policy):
@@ -81,7 +65,7 @@ class FairPolicy(Policy):
     wfq: VirtualTimeWFQ
     preemption: PreemptionPolicy
     roster: TenantRoster
-    tenants: dict[str, TenantState]         # roster.tenants (read by serve, fleet, vLLM)
+    tenants: dict[str, TenantState]         # roster.tenants (the service reads snapshot())
     queue: WaitingQueue
     meter: ShareMeter
     headroom: Headroom
@@ -119,7 +103,7 @@ class FairPolicy(Policy):
         self.meter = meter = ShareMeter(contract, roster, self.share_tau_s, list(class_min))
         self.headroom = headroom = Headroom(contract, pool, roster)
         self.decode_slos = slos = DecodeSLOs()
-        self.step_time = step_time = StepTimer(profile.step_s([], INITIAL_STEP_CONTEXT, 1))
+        self.step_time = step_time = StepTimer(initial_step_s(profile))
         self.forecaster = WaitForecaster(contract, meter, queue, prefill_rate(costs, profile, full))
         self.accounting = Accounting(contract, costs, wfq, roster, meter, headroom, slos, step_time)
         self.shaper = PrefillShaper(contract, BudgetShaper(profile.cost), roster, meter, wfq, queue, slos)
@@ -155,23 +139,29 @@ class FairPolicy(Policy):
         """Not with a KV occupancy charge (``costs.kv_block_s > 0``): it reads every step's blocks."""
         return self._fast_forward
 
-    @property
-    def step_ewma_s(self) -> float:
-        """The recent step time (the gateway sets its measured TPOT here)."""
-        return self.step_time.ewma_s
-
-    @step_ewma_s.setter
-    def step_ewma_s(self, value: float) -> None:
-        self.step_time.ewma_s = value
-
     def tenant(self, name: str, now: float = 0.0) -> TenantState:
         return self.roster.tenant(name, now)
 
-    def overshare(self, r: Request) -> float:
-        return self.urgency.overshare(r)
+    # -- the service's seam (``Policy``'s docstrings) ------------------------------------------
+    def snapshot(self, now: float) -> PolicySnapshot:
+        return policy_snapshot(self.roster, self.wfq, self.share_tau_s, now)
+
+    def tenant_view(self, name: str, now: float) -> TenantView | None:
+        return view_of(self.roster, name, now, self.share_tau_s)
+
+    def can_admit_within_limits(self, req: Request, now: float) -> bool:
+        t = self.roster.tenant(req.tenant, now)
+        return self.admission.within_limits(t, req.num_tokens + req.predicted_remaining, now)
+
+    def victim_order(self, req: Request, now: float) -> tuple[int, float, float, int, int] | None:
+        k = self.preemption.key(req, now, self.urgency.overshare(req))
+        return (0 if self.preemption.eligible(req, now) else 1, k[0], k[1], k[2], k[3])
+
+    def observe_step_time(self, step_s: float) -> None:
+        self.step_time.ewma_s = step_s
 
     # -- waiting queue -------------------------------------------------------------------
-    def on_arrival(self, req: Request, now: float) -> str | None:
+    def on_arrival(self, req: Request, now: float) -> Reason | None:
         t = self.roster.tenant(req.tenant, now)
         reason = self.admission.on_arrival(t, req)
         if reason is None and req.max_wait_s is not None and self.contract.admission.shed_over_max_wait:
@@ -201,8 +191,8 @@ class FairPolicy(Policy):
         self._now = now
         return self.picker.pick(now, blocked)
 
-    def expire(self, now: float) -> list[tuple[Request, str]]:
-        out: list[tuple[Request, str]] = []
+    def expire(self, now: float) -> list[tuple[Request, Reason]]:
+        out: list[tuple[Request, Reason]] = []
         while True:
             expired = self.urgency.next_expired(now)
             if expired is None:
@@ -227,21 +217,7 @@ class FairPolicy(Policy):
         return self.admission.can_admit(t, req, num_running, self.costs.predicted(req), now)
 
     def kv_blocks_to_admit(self, req: Request, first_chunk: int) -> int:
-        if req.num_preemptions:
-            need = self.pool.extra_blocks(req, first_chunk)
-        else:
-            # KV-aware: the whole prompt must fit now, so an admitted prefill is not evicted
-            need = self.pool.blocks_for(req.prompt_tokens + 1)
-        t = self.roster.tenants[req.tenant]
-        if not self.headroom.within_share(t, need, 0) and not self.meter.under_share(t, self._now):
-            # beyond its KV share, a tenant that is not owed service leaves the others'
-            # headroom free; one that is owed service (a prompt larger than its share,
-            # say) is not blocked by reservations, or it could wait for ever
-            need += self.headroom.reserved(t, self.roster.num_running)[0]
-        keep = self.picker.reserve
-        if keep is not None and keep.tenant != req.tenant:
-            need += self.pool.blocks_for(keep.num_tokens + 1)   # the forced head's blocks stay free
-        return need
+        return self.headroom.blocks_to_admit(req, first_chunk, self.meter, self.picker.reserve, self._now)
 
     def on_admit(self, req: Request, now: float) -> None:
         t = self.roster.tenants[req.tenant]

@@ -5,14 +5,23 @@ from __future__ import annotations
 
 from typing import Final
 
+from ...core.costmodel import Profile
+
 # weight of the newest step in the moving average (about the last 20 steps count)
 STEP_EWMA_FACTOR: Final = 0.05
+# the initial recent step time: one decode of this many tokens of context
+INITIAL_STEP_CONTEXT: Final = 1024
+
+
+def initial_step_s(profile: Profile) -> float:
+    """The recent step time before any step was observed (the cost model's)."""
+    return profile.step_s([], INITIAL_STEP_CONTEXT, 1)
 
 
 class StepTimer:
     """Invariant: ``ewma_s`` is the exponentially weighted moving average of the durations
     observed, in order, starting from the initial estimate (the gateway may overwrite it
-    with its measured TPOT, ``sched/gateway_round.py``)."""
+    with its measured TPOT, ``Policy.observe_step_time``)."""
 
     __slots__ = ("ewma_s",)
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from typing import Final
 
 from ...contracts.contract import ClassSpec, TenantSpec
 from ...core.request import Request
 from .ordering import LazyHeap
+
+PEAK_TAU_S: Final = 60.0          # time constant of the decayed KV and slot peaks (note_peak), s
 
 
 class TenantState:
@@ -54,6 +57,12 @@ class TenantState:
         if now > self.recent_t:
             self.recent *= math.exp(-(now - self.recent_t) / tau_s)
             self.recent_t = now
+        return self.recent
+
+    def recent_at(self, now: float, tau_s: float) -> float:
+        """``decayed_recent(now, tau_s)``'s value, nothing written (a read-only view)."""
+        if now > self.recent_t:
+            return self.recent * math.exp(-(now - self.recent_t) / tau_s)
         return self.recent
 
     def decayed_admitted(self, now: float, tau_s: float) -> float:

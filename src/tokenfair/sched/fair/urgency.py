@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ...contracts.contract import Contract
 from ...core.costmodel import Profile
+from ...core.reasons import Reason, ReasonCode
 from ...core.request import Request
 from .admission import AdmissionControl
 from .ordering import LazyHeap
@@ -50,7 +51,7 @@ class Urgency:
         """How far ``r``'s tenant is ahead of the system virtual time (``wfq.py``)."""
         return self.roster.tenants[r.tenant].vtime - self.wfq.vnow
 
-    def next_expired(self, now: float) -> tuple[Request, str] | None:
+    def next_expired(self, now: float) -> tuple[Request, Reason] | None:
         """The next waiting request past its latest feasible start, with the reason (its
         deadline entry popped; the caller takes it off the queue), or None."""
         e = self.deadlines.top()
@@ -61,8 +62,8 @@ class Urgency:
         deadline_s = req.deadline_s
         assert deadline_s is not None            # only requests with a deadline are pushed
         left = deadline_s - now
-        return (req, f"deadline_infeasible: needs ~{self.estimate_service_s(req):.2f}s, "
-                     f"{max(0.0, left):.2f}s left before the deadline")
+        return (req, Reason(ReasonCode.DEADLINE_INFEASIBLE, f"needs ~{self.estimate_service_s(req):.2f}s, "
+                                                            f"{max(0.0, left):.2f}s left before the deadline"))
 
     def victim_for_kv(self, candidates: list[Request], needing: Request, now: float) -> Request | None:
         p = self.preemption
