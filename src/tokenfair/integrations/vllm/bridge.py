@@ -103,11 +103,16 @@ class PolicyBridge:
         return req
 
     # -- admission --------------------------------------------------------------------
-    def eligible(self, req: Request, num_running: int, now: float) -> bool:
-        """May ``req`` start now (its tenant's quotas, the reservations, KV for its prompt)?"""
+    def can_start(self, req: Request, num_running: int, now: float) -> bool:
+        """May ``req`` start now (its tenant's quotas, the reservations, KV for its first
+        chunk)?  A query: nothing is counted or changed."""
         n = min(req.num_uncomputed, self.policy.chunk_for(req, now))
-        ok = (self.policy.can_admit(req, now, num_running)
-              and self.policy.kv_blocks_to_admit(req, n) <= self.pool.num_free)
+        return (self.policy.can_admit(req, now, num_running)
+                and self.policy.kv_blocks_to_admit(req, n) <= self.pool.num_free)
+
+    def eligible(self, req: Request, num_running: int, now: float) -> bool:
+        """:meth:`can_start`, counting a request held back."""
+        ok = self.can_start(req, num_running, now)
         if not ok:
             self.counts["held_back"] += 1
         return ok

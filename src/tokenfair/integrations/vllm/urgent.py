@@ -24,13 +24,10 @@ from .bridge import PolicyBridge
 def blocked_head(bridge: PolicyBridge, num_running: int, max_running: int, now: float) -> Request | None:
     """The policy's next request when it cannot start now (no free slot, its tenant's
     limits, or KV for its first chunk); None when the queue is empty or it can start."""
-    policy = bridge.policy
-    cand = policy.pick(now, set())
+    cand = bridge.policy.pick(now, set())
     if cand is None:
         return None
-    n = min(cand.num_uncomputed, policy.chunk_for(cand, now))
-    fits = (num_running < max_running and policy.can_admit(cand, now, num_running)
-            and policy.kv_blocks_to_admit(cand, n) <= bridge.pool.num_free)
+    fits = num_running < max_running and bridge.can_start(cand, num_running, now)
     return None if fits else cand
 
 
