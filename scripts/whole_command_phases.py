@@ -16,7 +16,8 @@ t0 = time.process_time()
 from tokenfair.cli.common import resolve_workload, shape_workload  # noqa: E402
 from tokenfair.contracts.contract import Contract  # noqa: E402
 from tokenfair.core.costmodel import load_profile  # noqa: E402
-from tokenfair.evaluation.metrics import request_record, summarize  # noqa: E402
+from tokenfair.evaluation.metrics import summarize  # noqa: E402
+from tokenfair.evaluation.record_table import RecordTable  # noqa: E402
 from tokenfair.runtime.output import write_run  # noqa: E402
 from tokenfair.sim.isolated import isolated_e2e  # noqa: E402
 from tokenfair.sim.simulate import isolated_baselines, simulate_once  # noqa: E402
@@ -41,7 +42,7 @@ def main() -> None:
     contract, profile = Contract(), load_profile(None)
     res = simulate_once(wl, args.policy, contract, profile)
     lap("loop")
-    recs = [request_record(r) for r in res.requests]
+    recs = RecordTable.from_requests(res.requests)
     timeline = res.recorder.to_json()
     lap("records")
     isolated_e2e(wl.rows, contract, profile, res.scheduler.policy.max_chunk())

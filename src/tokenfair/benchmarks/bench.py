@@ -120,7 +120,7 @@ def whole_command(spec: dict, load, run) -> float:
     contract, wl = load()
     out = run(wl, contract, load_profile(spec.get("profile")))
     with tempfile.TemporaryDirectory() as d:
-        write_run(d, out.records, out.summary, out.timeline)
+        write_run(d, out.table, out.summary, out.timeline)
     return time.perf_counter() - t0
 
 

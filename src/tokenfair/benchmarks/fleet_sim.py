@@ -39,16 +39,17 @@ def fleet_child(spec: dict) -> dict:
     run = simulate_fleet_once(wl, spec["policy"], contract, load_profile(spec.get("profile")), config)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     steps = sum(r.recorder.num_steps for r in run.replicas)
+    n = len(wl.rows)
     out = {"policy": spec["policy"], "replicas": spec["replicas"], "router": spec["router"],
-           "fleet_policy": spec["fleet_policy"], "requests": len(wl.rows), "tenants": len(wl.tenants),
-           "wall_s": wall, "cpu_s": cpu, "requests_per_s": len(wl.rows) / wall, "engine_steps": steps}
-    del run
+           "fleet_policy": spec["fleet_policy"], "requests": n, "tenants": len(wl.tenants),
+           "wall_s": wall, "cpu_s": cpu, "requests_per_s": n / wall, "engine_steps": steps}
+    del run, wl                     # the whole command reads its own workload
     if spec.get("whole", True):
         c1 = time.process_time()
         whole = whole_command(spec, lambda: _scaled(spec),
                                lambda w, c, p: simulate_fleet(w, spec["policy"], c, p, config))
         out.update({"whole_wall_s": whole, "whole_cpu_s": time.process_time() - c1,
-                    "whole_requests_per_s": len(wl.rows) / whole})
+                    "whole_requests_per_s": n / whole})
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out | {"peak_rss_mb": rss_mb, "core": core_kind()}
 

@@ -73,7 +73,7 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
         res = simulate_fleet(wl, policy, c, prof, fleet, isolated=isolated, progress=stderr_progress(f"{policy}"))
     else:
         res = run_sim(wl, policy, c, prof, isolated=isolated, progress=stderr_progress(f"{policy}"))
-    write_run(out, res.records, res.summary, res.timeline)
+    write_run(out, res.table, res.summary, res.timeline)
     typer.echo(summary_table(res.summary))
     typer.echo(f"wrote {out}/requests.jsonl, summary.json, timeline.json")
 

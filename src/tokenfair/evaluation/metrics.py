@@ -29,22 +29,15 @@ from typing import Iterable
 import numpy as np
 
 from ..contracts.contract import Contract
-from .goodput import goodput, last_finish_s, outcomes
 from .overdue import overdue_split
 from ..core.request import Request
-from .servicegaps import starvation
+from .record_table import RecordTable, as_table
+from .table_gaps import starvation_of
+from .table_metrics import Derived, derive, group_metrics_of, overdue_mask
 
 PROMPT_BUCKETS = ((0, 512, "<512"), (512, 2048, "512-2K"), (2048, 8192, "2K-8K"), (8192, 1 << 62, ">=8K"))
 BACKLOG_FRACTION = 0.95
 BACKLOG_GRACE_S = 1.0
-
-
-def _pct(values: list[float]) -> dict:
-    if not values:
-        return {"p50": None, "p95": None, "p99": None, "max": None}
-    a = np.asarray(values, dtype=float)
-    p50, p95, p99 = np.percentile(a, [50, 95, 99])
-    return {"p50": float(p50), "p95": float(p95), "p99": float(p99), "max": float(a.max())}
 
 
 def request_record(r: Request) -> dict:
@@ -59,82 +52,40 @@ def request_record(r: Request) -> dict:
     }
 
 
-def _derived(rec: dict) -> dict:
-    a = rec["arrival_s"]
-    d = {}
-    if rec["first_token_s"] is not None:
-        d["ttft"] = rec["first_token_s"] - a
-    if rec["status"] == "finished":
-        d["e2e"] = rec["finish_s"] - a
-        if rec["output_tokens"] > 1:
-            d["tpot"] = (rec["finish_s"] - rec["first_token_s"]) / (rec["output_tokens"] - 1)
-    end = rec["scheduled_s"] if rec["scheduled_s"] is not None else rec["finish_s"]
-    d["wait"] = (end - a) if end is not None else None
-    return d
+Records = RecordTable | Iterable[dict]
 
 
-def meets_slo(rec: dict, d: dict) -> bool:
-    if rec["status"] != "finished":
-        return False
-    if rec["ttft_slo_s"] is not None and d.get("ttft", 0) > rec["ttft_slo_s"]:
-        return False
-    if rec["tpot_slo_s"] is not None and d.get("tpot", 0) > rec["tpot_slo_s"]:
-        return False
-    if rec["deadline_s"] is not None and rec["finish_s"] > rec["deadline_s"]:
-        return False
-    return True
+def group_metrics(recs: Records, isolated_e2e: dict[str, float] | None) -> dict:
+    """Latency percentiles, wait, slowdown, overdue, deadline misses, SLOs and goodput of a
+    group of records (``table_metrics.group_metrics_of``)."""
+    t = as_table(recs)
+    return group_metrics_of(t, derive(t, isolated_e2e))
 
 
-def group_metrics(recs: list[dict], isolated_e2e: dict[str, float] | None) -> dict:
-    ttft, tpot, e2e, wait, slow = [], [], [], [], []
-    status = defaultdict(int)
-    starv = misses = preempt = good = 0
-    met: list[bool] = []
-    for rec in recs:
-        d = _derived(rec)
-        status[rec["status"]] += 1
-        if "ttft" in d:
-            ttft.append(d["ttft"])
-        if "tpot" in d:
-            tpot.append(d["tpot"])
-        if "e2e" in d:
-            e2e.append(d["e2e"])
-            if isolated_e2e and rec["request_id"] in isolated_e2e:
-                slow.append(d["e2e"] / max(1e-9, isolated_e2e[rec["request_id"]]))
-        if d["wait"] is not None:
-            wait.append(d["wait"])
-            if rec["max_wait_s"] is not None and d["wait"] > rec["max_wait_s"]:
-                starv += 1
-        if rec["deadline_s"] is not None and (rec["status"] == "expired" or (
-                rec["status"] == "finished" and rec["finish_s"] > rec["deadline_s"])):
-            misses += 1
-        preempt += rec["preemptions"]
-        met.append(meets_slo(rec, d))
-        good += met[-1]
-    return {
-        "requests": len(recs), "status": dict(status), "ttft_s": _pct(ttft), "tpot_s": _pct(tpot),
-        "e2e_s": _pct(e2e), "max_wait_s": max(wait) if wait else None,
-        "slowdown": _pct(slow) | ({"mean": float(np.mean(slow))} if slow else {}),
-        "overdue_requests": starv, "deadline_misses": misses, "preemptions": preempt,
-        "slo_met": good, "goodput": goodput(recs, met), "outcomes": outcomes(recs),
-    }
-
-
-def backlog_buckets(recs: Iterable[dict], key: str, n_buckets: int, bucket_s: float) -> dict[str, np.ndarray]:
-    diffs: dict[str, np.ndarray] = {}
-    for rec in recs:
-        start = rec["arrival_s"] + BACKLOG_GRACE_S
-        end = rec["scheduled_s"] if rec["scheduled_s"] is not None else rec["finish_s"]
-        if end is None or end <= start:
-            continue
-        a = int(start // bucket_s)
-        b = min(n_buckets, int(-(-end // bucket_s)))
-        arr = diffs.get(rec[key])
-        if arr is None:
-            arr = diffs[rec[key]] = np.zeros(n_buckets + 1, dtype=np.int32)
-        arr[a] += 1
-        arr[b] -= 1
-    return {k: np.cumsum(v)[:n_buckets] > 0 for k, v in diffs.items()}
+def backlog_buckets(recs: Records, key: str, n_buckets: int, bucket_s: float) -> dict[str, np.ndarray]:
+    """Per ``key`` value (tenant / class), in the order the records first show it backlogged:
+    whether one of its requests waited longer than ``BACKLOG_GRACE_S`` in each bucket."""
+    t = as_table(recs)
+    v, p = t.values, t.present
+    start = v["arrival_s"] + BACKLOG_GRACE_S
+    end = np.where(p["scheduled_s"], v["scheduled_s"], v["finish_s"])
+    ok = (p["scheduled_s"] | p["finish_s"]) & (end > start)
+    rows = np.flatnonzero(ok)
+    a = np.minimum(n_buckets, np.floor_divide(start[rows], bucket_s)).astype(np.int64)
+    b = np.minimum(n_buckets, -np.floor_divide(-end[rows], bucket_s)).astype(np.int64)
+    codes = t.codes[key][rows]
+    names = t.names[key]
+    seen, first = np.unique(codes, return_index=True)
+    order = np.argsort(codes, kind="stable")
+    a, b = a[order], b[order]
+    ends = np.cumsum(np.bincount(codes, minlength=len(names)))
+    out: dict[str, np.ndarray] = {}
+    for c in seen[np.argsort(first)].tolist():
+        lo = int(ends[c - 1]) if c else 0
+        diffs = (np.bincount(a[lo:ends[c]], minlength=n_buckets + 1)
+                 - np.bincount(b[lo:ends[c]], minlength=n_buckets + 1))
+        out[names[c]] = np.cumsum(diffs)[:n_buckets] > 0
+    return out
 
 
 def service_array(series: dict, n_buckets: int) -> np.ndarray:
@@ -161,10 +112,11 @@ def entitled_shares(weights: dict[str, float], mins: dict[str, float]) -> dict[s
             fixed[k] = mins[k]
 
 
-def fairness(recs: list[dict], timeline: dict, contract: Contract, window_s: float = 60.0) -> dict:
+def fairness(recs: Records, timeline: dict, contract: Contract, window_s: float = 60.0) -> dict:
     bucket_s = timeline["bucket_s"]
     n_buckets = 1 + max([int(b) for b in timeline["tokens"]] or [0])
     per_window = max(1, int(round(window_s / bucket_s)))
+    recs = as_table(recs)
     backlog = backlog_buckets(recs, "tenant", n_buckets, bucket_s)
     service = {t: service_array(s, n_buckets) for t, s in timeline["tenant_service"].items()}
     jains, devs = [], defaultdict(list)
@@ -197,7 +149,7 @@ def fairness(recs: list[dict], timeline: dict, contract: Contract, window_s: flo
         classes[c] = {"min_share": spec.min_share, "share_while_backlogged": share,
                       "ratio_to_min_share": None if share is None else share / spec.min_share,
                       "backlogged_s": float(mask.sum() * bucket_s)}
-    split = overdue_split(recs, service, backlog, bucket_s, lambda members: entitled_shares(
+    split = overdue_split(recs.rows(np.flatnonzero(overdue_mask(recs))), service, backlog, bucket_s, lambda members: entitled_shares(
         {t: contract.tenant(t).weight for t in members}, {t: contract.tenant(t).min_share for t in members}))
     return {
         "overdue_requests": split,
@@ -221,47 +173,47 @@ def add_isolated(tenants: dict[str, dict], isolated_tenant: dict[str, dict]) -> 
             tenants[t]["slowdown_p50_e2e_vs_isolated"] = (e / ie) if e is not None and ie else None
 
 
-def summarize(recs: list[dict], timeline: dict, contract: Contract,
+def summarize(recs: Records, timeline: dict, contract: Contract,
               isolated_e2e: dict[str, float] | None = None,
               isolated_tenant: dict[str, dict] | None = None) -> dict:
-    by_tenant, by_class, by_bucket = defaultdict(list), defaultdict(list), defaultdict(list)
-    for rec in recs:
-        by_tenant[rec["tenant"]].append(rec)
-        by_class[rec["class"]].append(rec)
-        for lo, hi, name in PROMPT_BUCKETS:
-            if lo <= rec["prompt_tokens"] < hi:
-                by_bucket[name].append(rec)
-    finished = [r for r in recs if r["status"] == "finished"]
-    t0 = min((r["arrival_s"] for r in recs), default=0.0)
-    t1 = max((r["finish_s"] for r in recs if r["finish_s"] is not None), default=t0)
+    """summary.json's metrics of a run's records (a :class:`RecordTable` or the dicts) and
+    timeline, computed over the records' columns."""
+    t = as_table(recs)
+    d = derive(t, isolated_e2e)
+    v, p = t.values, t.present
+    fin = d.finished
+    has_finish = p["finish_s"]
+    t0 = float(v["arrival_s"].min()) if t.n else 0.0
+    t1 = float(v["finish_s"][has_finish].max()) if has_finish.any() else t0
     span = max(1e-9, t1 - t0)
-    tok_in = sum(r["prompt_tokens"] for r in finished)
-    tok_out = sum(r["output_tokens"] for r in finished)
-    recomputed = sum(r["recomputed_tokens"] for r in recs)
+    tok_in = int(v["prompt_tokens"][fin].sum())
+    tok_out = int(v["output_tokens"][fin].sum())
+    recomputed = int(v["recomputed_tokens"].sum())
     processed = sum(timeline["tokens"].values())
-    tenants = {t: group_metrics(v, isolated_e2e) for t, v in sorted(by_tenant.items())}
+    tenants = dict(sorted((name, group_metrics_of(t, g)) for name, g in d.grouped(t.codes["tenant"], t.names["tenant"])))
     add_isolated(tenants, isolated_tenant or {})
-    overall = group_metrics(recs, isolated_e2e)
+    overall = group_metrics_of(t, d)
     busy = max(1e-9, timeline["busy_s"])
-    classes = {c: group_metrics(v, isolated_e2e) for c, v in sorted(by_class.items())}
-    starved = starvation(recs)
+    classes = dict(sorted((name, group_metrics_of(t, g)) for name, g in d.grouped(t.codes["class"], t.names["class"])))
+    starved = starvation_of(t)
     for kind, groups in (("tenants", tenants), ("classes", classes)):
         for g, m in starved[kind].items():
             groups[g].update(m)
-    fair = fairness(recs, timeline, contract)
-    for t, split in fair["overdue_requests"]["tenants"].items():
-        tenants[t]["overdue_split"] = split
+    fair = fairness(t, timeline, contract)
+    for name, split in fair["overdue_requests"]["tenants"].items():
+        tenants[name]["overdue_split"] = split
     return {
-        "requests": len(recs), "status": overall["status"],
+        "requests": t.n, "status": overall["status"],
         "makespan_s": span, "throughput_tokens_per_s": (tok_in + tok_out) / span,
-        "output_tokens_per_s": tok_out / span, "requests_per_s": len(finished) / span,
+        "output_tokens_per_s": tok_out / span, "requests_per_s": int(fin.sum()) / span,
         "goodput_requests_per_s": overall["slo_met"] / span,
         "overall": overall,
         "preemptions": overall["preemptions"], "recomputed_tokens": recomputed,
-        "swapped_bytes": sum(r["swapped_bytes"] for r in recs),
+        "swapped_bytes": int(v["swapped_bytes"].sum()),
         "recovery_cost_fraction": (recomputed / processed if processed else 0.0)
         + timeline.get("swap_s", 0.0) / busy,
-        "finished_tokens": tok_in + tok_out, "last_finish_s": last_finish_s(recs),
+        "finished_tokens": tok_in + tok_out,
+        "last_finish_s": float(v["finish_s"][has_finish].max()) if has_finish.any() else 0.0,
         "goodput": overall["goodput"], "outcomes": overall["outcomes"],
         "starvation_events": starved["starvation_events"],
         "longest_service_gap_s": starved["longest_service_gap_s"], "starvation": starved["events"],
@@ -272,6 +224,17 @@ def summarize(recs: list[dict], timeline: dict, contract: Contract,
         "fairness": fair,
         "tenants": tenants,
         "classes": classes,
-        "prompt_buckets": {b: group_metrics(v, isolated_e2e) for b, v in by_bucket.items()},
+        "prompt_buckets": {name: group_metrics_of(t, g) for name, g in _prompt_buckets(t, d)},
         "engine_steps": timeline["num_steps"], "engine_busy_s": timeline["busy_s"],
     }
+
+
+def _prompt_buckets(t: RecordTable, d: Derived) -> list[tuple[str, Derived]]:
+    """(bucket name, its rows) in the order the records first show each bucket."""
+    prompt = t.values["prompt_tokens"]
+    found = []
+    for lo, hi, name in PROMPT_BUCKETS:
+        rows = np.flatnonzero((prompt >= lo) & (prompt < hi))
+        if len(rows):
+            found.append((int(rows[0]), name, d.take(rows)))
+    return [(name, g) for _, name, g in sorted(found, key=lambda x: x[0])]

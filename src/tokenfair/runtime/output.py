@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Iterable
+
+from ..evaluation.record_table import RecordTable
 
 
-def write_run(out_dir: str | Path, records: list[dict], summary: dict, timeline: dict) -> Path:
+def write_run(out_dir: str | Path, records: RecordTable | Iterable[dict], summary: dict, timeline: dict) -> Path:
+    """``records``: a :class:`RecordTable` (written a chunk at a time) or the dicts."""
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     with (d / "requests.jsonl").open("w") as fh:
-        for rec in records:
-            fh.write(json.dumps(rec) + "\n")
+        if isinstance(records, RecordTable):
+            records.write_jsonl(fh)
+        else:
+            for rec in records:
+                fh.write(json.dumps(rec) + "\n")
     (d / "summary.json").write_text(json.dumps(summary, indent=2, default=_jsonable))
     (d / "timeline.json").write_text(json.dumps(timeline, default=_jsonable))
     return d

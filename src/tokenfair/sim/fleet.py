@@ -67,7 +67,8 @@ class FleetConfig(BaseModel):
 
 @dataclass
 class FleetRun:
-    requests: list[Request]             # one per trace row, in trace order (the one that ended it)
+    requests: list[Request]             # one per trace row, in trace order (the one that ended it);
+                                        # emptied by fleet_simulate.simulate_fleet once recorded
     replica_of: list[int | None]        # the replica each row landed on (None: ended at the gateway)
     replicas: list[Replica]
     gate: FleetGate | None

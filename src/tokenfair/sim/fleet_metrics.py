@@ -15,48 +15,79 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ..evaluation.metrics import request_record
+import numpy as np
+
+from ..evaluation.record_table import RecordTable
 from .fleet import FleetConfig, FleetRun
 
 
-def fleet_records(run: FleetRun) -> list[dict[str, Any]]:
-    out = []
-    for req, k in zip(run.requests, run.replica_of):
-        rec = request_record(req)
-        rec["replica"] = k
-        out.append(rec)
-    return out
+def fleet_records(run: FleetRun) -> RecordTable:
+    return RecordTable.from_requests(run.requests, extra={"replica": run.replica_of})
 
 
 def fleet_timeline(run: FleetRun) -> dict[str, Any]:
-    parts = [r.recorder.to_json() for r in run.replicas]
+    """One replica's timeline as it is; several summed per bucket in replica order (each
+    sum adds the replicas' values in that order, from zero, as a loop would), one replica's
+    series at a time (``_Series``)."""
     swap_s = sum(r.engine.swap_s for r in run.replicas)
-    if len(parts) == 1:
-        return {**parts[0], "swap_s": swap_s}
-    merged: dict[str, Any] = {"bucket_s": parts[0]["bucket_s"]}
-    for key in ("tenant_service", "class_service"):
-        acc: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
-        for p in parts:
+    if len(run.replicas) == 1:
+        return {**run.replicas[0].recorder.to_json(), "swap_s": swap_s}
+    named = {key: _Series() for key in ("tenant_service", "class_service")}
+    totals = {key: _Series() for key in ("tokens", "queue_len", "running", "kv_usage")}
+    preemptions: list[Any] = []
+    bucket_s = num_steps = busy_s = None
+    for r in run.replicas:
+        p = r.recorder.to_json()
+        for key, acc in named.items():
             for name, series in p[key].items():
-                for b, v in series.items():
-                    acc[name][b] += v
-        merged[key] = {name: dict(sorted(s.items())) for name, s in acc.items()}
+                acc.add(name, series)
+        for key, acc in totals.items():
+            acc.add(None, p[key])
+        preemptions.extend(p["preemptions"])
+        if bucket_s is None:
+            bucket_s, num_steps, busy_s = p["bucket_s"], p["num_steps"], p["busy_s"]
+        else:
+            num_steps += p["num_steps"]
+            busy_s += p["busy_s"]
+    merged: dict[str, Any] = {"bucket_s": bucket_s}
+    for key, acc in named.items():
+        merged[key] = {name: acc.summed(name, float) for name in acc.names}
     for key in ("tokens", "queue_len", "running"):
-        tot: dict[int, float] = defaultdict(int)
-        for p in parts:
-            for b, v in p[key].items():
-                tot[b] += v
-        merged[key] = dict(sorted(tot.items()))
-    kv: dict[int, list[float]] = defaultdict(list)
-    for p in parts:
-        for b, v in p["kv_usage"].items():
-            kv[b].append(v)
-    merged["kv_usage"] = {b: sum(v) / len(v) for b, v in sorted(kv.items())}
-    merged["preemptions"] = sorted(x for p in parts for x in p["preemptions"])
-    merged["num_steps"] = sum(p["num_steps"] for p in parts)
-    merged["busy_s"] = sum(p["busy_s"] for p in parts)
+        merged[key] = totals[key].summed(None, int)
+    merged["kv_usage"] = totals["kv_usage"].summed(None, float, mean=True)
+    merged["preemptions"] = sorted(preemptions)
+    merged["num_steps"] = num_steps
+    merged["busy_s"] = busy_s
     merged["swap_s"] = swap_s
     return merged
+
+
+class _Series:
+    """Per name, the (bucket, value) pairs of every replica's series, in replica order."""
+
+    def __init__(self) -> None:
+        self.names: dict[Any, None] = {}        # first-seen order
+        self.buckets: dict[Any, list[np.ndarray]] = defaultdict(list)
+        self.values: dict[Any, list[np.ndarray]] = defaultdict(list)
+
+    def add(self, name: Any, series: dict[int, float]) -> None:
+        self.names.setdefault(name, None)
+        self.buckets[name].append(np.fromiter(map(int, series.keys()), np.int64, len(series)))
+        self.values[name].append(np.fromiter(series.values(), np.float64, len(series)))
+
+    def summed(self, name: Any, kind: type, mean: bool = False) -> dict[int, Any]:
+        """bucket -> the values' sum (or mean) in replica order, buckets ascending.  ``int``:
+        integer values, summed exactly (float sums of integers below 2**53 are exact)."""
+        b = np.concatenate(self.buckets[name])
+        v = np.concatenate(self.values[name])
+        if not len(b):
+            return {}
+        count = np.bincount(b)
+        total = np.bincount(b, weights=v)
+        seen = np.flatnonzero(count)
+        out = total[seen] / count[seen] if mean else total[seen]
+        vals = out.astype(np.int64).tolist() if kind is int else out.tolist()
+        return dict(zip(seen.tolist(), vals))
 
 
 def _ratio_to_mean(values: list[float]) -> float | None:

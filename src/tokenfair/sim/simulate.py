@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
 from ..runtime.loop import RunResult, VirtualClock, run
 from ..evaluation.metrics import group_metrics, request_record, summarize
+from ..evaluation.record_table import RecordTable
 from ..sched.policy import Policy
 from ..sched.registry import make_policy
 from ..sched.scheduler import IterationScheduler
@@ -20,10 +21,18 @@ from .isolated import isolated_e2e
 
 @dataclass
 class SimOutput:
-    records: list[dict[str, Any]]
+    table: RecordTable  # the per-request records, as columns
     summary: dict[str, Any]
     timeline: dict[str, Any]
     run: Any            # loop.RunResult, or sim.fleet.FleetRun for a fleet run
+    _records: list[dict[str, Any]] | None = field(default=None, repr=False)
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """The records as dicts (``metrics.request_record``'s), made on first use."""
+        if self._records is None:
+            self._records = self.table.rows()
+        return self._records
 
 
 def simulate_once(workload: Workload, policy: str, contract: Contract, profile: Profile,
@@ -41,7 +50,7 @@ def simulate(workload: Workload, policy: str, contract: Contract, profile: Profi
              isolated: bool = True, max_isolated_tenants: int = 32,
              progress: Callable[[int, int], None] | None = None) -> SimOutput:
     res = simulate_once(workload, policy, contract, profile, progress)
-    records = [request_record(r) for r in res.requests]
+    records = RecordTable.from_requests(res.requests)
     timeline = res.recorder.to_json()
     timeline["swap_s"] = res.extra.get("swap_s", 0.0)
     summary = run_summary(workload, policy, contract, profile, records, timeline, res.scheduler, res.wall_s,
@@ -50,7 +59,7 @@ def simulate(workload: Workload, policy: str, contract: Contract, profile: Profi
 
 
 def run_summary(workload: Workload, policy: str, contract: Contract, profile: Profile,
-                records: list[dict[str, Any]], timeline: dict[str, Any], sched: IterationScheduler,
+                records: RecordTable | list[dict[str, Any]], timeline: dict[str, Any], sched: IterationScheduler,
                 wall_s: float, isolated: bool, max_isolated_tenants: int) -> dict[str, Any]:
     """summary.json for a run's records and timeline: metrics, isolated baselines when asked
     (``sched``: the run's scheduler -- its policy's chunking, its predictor's report)."""
