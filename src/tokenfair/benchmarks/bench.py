@@ -131,7 +131,32 @@ def bench_sim(workload: str, policy: str, *, tenants: int | None = 20, seed: int
     to back, ``traces.tile``) until it has that many rows, e.g. 1,000,000."""
     spec = {"workload": workload, "policy": policy, "tenants": tenants, "seed": seed,
             "max_requests": max_requests, "min_requests": min_requests, "profile": profile, "whole": whole}
-    return run_child(spec)
+    out = run_child(spec)
+    if whole and not min_requests:                # tiling has no command-line option
+        out |= command_run(spec)
+        out["command_requests_per_s"] = out["requests"] / out["command_wall_s"]
+    return out
+
+
+def command_run(spec: dict) -> dict:
+    """``tokenfair simulate`` on ``spec`` as a user runs it, in its own process (interpreter
+    start-up, imports and all): its wall and CPU seconds."""
+    import tempfile
+    args = [sys.executable, "-m", "tokenfair", "simulate", spec["workload"], "--policy", spec["policy"],
+            "--seed", str(spec["seed"])]
+    for option, key in (("--spread-tenants", "tenants"), ("--max-requests", "max_requests"), ("--profile", "profile")):
+        if spec.get(key):
+            args += [option, str(spec[key])]
+    with tempfile.TemporaryDirectory() as d:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        proc = subprocess.run(args + ["--out", d], capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"tokenfair simulate failed: {proc.stderr.strip()[-2000:]}")
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return {"command_wall_s": wall, "command_cpu_s": cpu}
 
 
 def run_child(spec: dict) -> dict:

@@ -162,6 +162,9 @@ def bench_sim_cmd(workload: str = typer.Argument("azure:conv"),
         else:
             whole_txt = (f"whole command {r['whole_wall_s']:.2f} s ({r['whole_cpu_s']:.2f} s CPU) "
                          f"{r['whole_requests_per_s']:.0f} requests/s  " if whole else "")
+            if "command_wall_s" in r:
+                whole_txt += (f"tokenfair simulate {r['command_wall_s']:.2f} s ({r['command_cpu_s']:.2f} s CPU) "
+                              f"{r['command_requests_per_s']:.0f} requests/s  ")
             typer.echo(f"{r['policy']:<8} requests={r['requests']} loop {r['wall_s']:.2f} s ({r['cpu_s']:.2f} s CPU) "
                        f"{r['requests_per_s']:.0f} requests/s  {whole_txt}"
                        f"peak RSS {r['peak_rss_mb']:.0f} MB  core={r['core']}")

@@ -62,12 +62,13 @@ class RunResult:
 
 def run(rows: Sequence[TraceRow], contract: Contract, scheduler: IterationScheduler, engine: Engine,
         clock: Clock | None = None, progress: Callable[[int, int], None] | None = None,
-        fast_forward: Callable[..., float] | None = None) -> RunResult:
+        fast_forward: Callable[..., float] | None = None, recorder: Recorder | None = None) -> RunResult:
     """Run ``rows`` to completion.  ``fast_forward(scheduler, engine, recorder, now,
-    next_arrival) -> now`` may advance runs of identical decode steps at once (simulation)."""
+    next_arrival) -> now`` may advance runs of identical decode steps at once (simulation).
+    ``recorder``: what records the timeline (default: a new :class:`Recorder`)."""
     clock = clock or VirtualClock()
     wall0 = time.perf_counter()
-    rec = Recorder(contract.costs)
+    rec = recorder if recorder is not None else Recorder(contract.costs)
     reqs: list[Request] = []
     capacity_tokens = scheduler.pool.num_blocks * scheduler.pool.block_size
     n = len(rows)

@@ -2,11 +2,19 @@
 
 A request alone on an empty engine is computed in closed form from the cost model (prefill
 in chunks of ``min(chunk_size, prefill_token_budget)``, then one decode step per output
-token), vectorised with numpy: O(output_tokens) array work per request, no Python loop.
+token), vectorised with numpy.  :func:`isolated_latency` does one request;
+:func:`isolated_e2e` does a whole trace the same way in bulk: the prefill time once per
+distinct prompt length, the decode steps of all requests with the same output length as one
+2-D array summed along its rows (``np.sum(axis=1)`` over a C-contiguous array adds each row
+as ``np.sum`` adds the same 1-D array: pairwise, in the same order), so every value equals
+:func:`isolated_latency`'s bit for bit (``tests/test_isolated.py``).  O(total output tokens)
+array work, O(distinct lengths) Python work.
 A tenant alone is a full simulation of its own rows under the same policy and contract.
 """
 
 from __future__ import annotations
+
+from collections import defaultdict
 
 import numpy as np
 
@@ -14,31 +22,59 @@ from ..contracts.contract import Contract
 from ..core.costmodel import Profile
 from ..workloads.workload import TraceRow
 
+# rows of one 2-D decode array at most (memory: MAX_BLOCK_ROWS x output length floats)
+MAX_BLOCK_ROWS = 4096
 
-def _decode_steps_s(profile: Profile, ctx: np.ndarray) -> float:
-    if ctx.size == 0:
-        return 0.0
+
+def _decode_step_times(profile: Profile, ctx: np.ndarray) -> np.ndarray:
+    """Each decode step's seconds for contexts ``ctx`` (any shape), elementwise."""
     if profile.kind == "linear":
-        return float(np.sum(profile.decode_base_s + profile.decode_seq_s + profile.decode_ctx_s * ctx
-                            + profile.overhead_s))
+        return profile.decode_base_s + profile.decode_seq_s + profile.decode_ctx_s * ctx + profile.overhead_s
     L, d = profile.num_layers, profile.hidden
     flops = 2 * profile.params_nonembed + 2 * profile.vocab * d + 4 * L * d * ctx
     nbytes = 2 * profile.params_total + 4 * L * profile.d_kv * (ctx + 1)
     t = np.maximum(flops / (profile.peak_flops * profile.mfu), nbytes / (profile.bandwidth * profile.mbu))
-    return float(np.sum(t + profile.overhead_s))
+    return t + profile.overhead_s
+
+
+def _decode_steps_s(profile: Profile, ctx: np.ndarray) -> float:
+    if ctx.size == 0:
+        return 0.0
+    return float(np.sum(_decode_step_times(profile, ctx)))
+
+
+def _prefill_s(prompt_tokens: int, profile: Profile, chunk: int) -> float:
+    ttft = 0.0
+    done = 0
+    while done < prompt_tokens:
+        c = min(chunk, prompt_tokens - done)
+        ttft += profile.step_s([(c, done)], 0, 0)
+        done += c
+    return ttft
 
 
 def isolated_latency(row: TraceRow, contract: Contract, profile: Profile, chunk: int) -> tuple[float, float]:
     """(TTFT, end-to-end) of ``row`` alone on an empty engine."""
-    ttft = 0.0
-    done = 0
-    while done < row.prompt_tokens:
-        c = min(chunk, row.prompt_tokens - done)
-        ttft += profile.step_s([(c, done)], 0, 0)
-        done += c
+    ttft = _prefill_s(row.prompt_tokens, profile, chunk)
     ctx = np.arange(row.prompt_tokens, row.prompt_tokens + row.output_tokens - 1, dtype=float)
     return ttft, ttft + _decode_steps_s(profile, ctx)
 
 
 def isolated_e2e(rows, contract: Contract, profile: Profile, chunk: int) -> dict[str, float]:
-    return {r.request_id: isolated_latency(r, contract, profile, chunk)[1] for r in rows}
+    """request id -> :func:`isolated_latency`'s end-to-end seconds, for every row."""
+    ttft = {p: _prefill_s(p, profile, chunk) for p in {r.prompt_tokens for r in rows}}
+    by_steps: dict[int, list[int]] = defaultdict(list)     # decode steps -> row indices
+    for i, r in enumerate(rows):
+        by_steps[r.output_tokens - 1].append(i)
+    decode = [0.0] * len(rows)
+    for steps, idx in by_steps.items():
+        if steps <= 0:
+            continue
+        offsets = np.arange(steps, dtype=float)
+        for b in range(0, len(idx), MAX_BLOCK_ROWS):
+            block = idx[b:b + MAX_BLOCK_ROWS]
+            starts = np.array([rows[i].prompt_tokens for i in block], dtype=float)
+            sums = np.sum(_decode_step_times(profile, starts[:, None] + offsets[None, :]), axis=1)
+            for i, s in zip(block, sums.tolist()):
+                decode[i] = s
+    return {r.request_id: ttft[r.prompt_tokens] + decode[i] for i, r in enumerate(rows)}

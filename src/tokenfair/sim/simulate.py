@@ -8,12 +8,14 @@ from typing import Any, Callable
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
 from ..runtime.loop import RunResult, VirtualClock, run
+from ..runtime.recorder import Recorder
+from ..runtime.step_counter import StepCounter
 from ..evaluation.metrics import group_metrics, request_record, summarize
 from ..evaluation.record_table import RecordTable
 from ..sched.policy import Policy
 from ..sched.registry import make_policy
 from ..sched.scheduler import IterationScheduler
-from ..workloads.workload import Workload
+from ..workloads.workload import TraceRow, Workload
 from .engine import RowFedEngine, SimEngine
 from .fastforward import fast_forward
 from .isolated import isolated_e2e
@@ -36,12 +38,15 @@ class SimOutput:
 
 
 def simulate_once(workload: Workload, policy: str, contract: Contract, profile: Profile,
-                  progress: Callable[[int, int], None] | None = None, fast: bool = True) -> RunResult:
+                  progress: Callable[[int, int], None] | None = None, fast: bool = True,
+                  timeline: bool = True) -> RunResult:
+    """One run.  ``timeline=False``: no timeline is recorded (the recorder only counts steps);
+    the requests end the same."""
     sched = IterationScheduler(make_policy(policy), contract, profile)
     engine = SimEngine(profile)
-
+    recorder = Recorder(contract.costs) if timeline else StepCounter(contract.costs)
     res = run(workload.rows, contract, sched, RowFedEngine(engine), VirtualClock(), progress,
-              fast_forward=fast_forward if fast else None)
+              fast_forward=fast_forward if fast else None, recorder=recorder)
     res.extra["swap_s"] = engine.swap_s
     return res
 
@@ -83,10 +88,15 @@ def isolated_baselines(workload: Workload, policy: str, contract: Contract, prof
     chunk = min(policy_obj.max_chunk(), contract.engine.prefill_token_budget
                 + (contract.engine.decode_token_budget if policy_obj.shared_budget else 0))
     iso_req = isolated_e2e(workload.rows, contract, profile, chunk)
-    tenants = sorted(workload.tenants, key=lambda t: sum(1 for r in workload.rows if r.tenant == t))
+    rows_of: dict[str, list[TraceRow]] = {}
+    for r in workload.rows:
+        rows_of.setdefault(r.tenant, []).append(r)
+    tenants = sorted(sorted(rows_of), key=lambda t: len(rows_of[t]))    # by volume, then name
     iso_ten: dict[str, dict[str, Any]] = {}
     if len(tenants) > 1:
         for t in tenants[:max_isolated_tenants]:
-            alone = simulate_once(workload.only_tenant(t), policy, contract, profile)
+            # the tenant's rows in trace order, as Workload.only_tenant gives them
+            alone = simulate_once(Workload(f"{workload.name}[{t}]", tuple(rows_of[t])), policy, contract,
+                                  profile, timeline=False)
             iso_ten[t] = group_metrics([request_record(r) for r in alone.requests], None)
     return iso_req, iso_ten

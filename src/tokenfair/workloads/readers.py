@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import calendar
 import csv
+import functools
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -93,9 +94,19 @@ def finish_workload(name: str, rows: list[TraceRow], skipped: list[SkippedRow] |
 
 
 def _int_field(d: dict, field: str, where: str) -> int:
-    raw = d.get(field)
+    return _int_value(d.get(field), field, where)
+
+
+def _int_value(raw: object, field: str, where: str) -> int:
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         raise WorkloadError(f"{where}: field {field!r} is missing")
+    if isinstance(raw, str):
+        try:
+            value = int(raw)                # what parse_number(raw, int, ...) does with a str
+        except ValueError:
+            value = 0                       # parse_number below names the error
+        if value >= 1:
+            return value
     return parse_number(raw.strip() if isinstance(raw, str) else raw, int, where, field, minimum=1)
 
 
@@ -112,15 +123,23 @@ def parse_timestamp_ns(text: str, where: str = "timestamp") -> int:
     m = _TS.match(text or "")
     if not m:
         raise WorkloadError(f"{where}: field 'TIMESTAMP': expected 'YYYY-MM-DD HH:MM:SS[.fraction]', got {text!r}")
-    y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
+    y, mo, d, h, mi, s = map(int, m.group(1, 2, 3, 4, 5, 6))
     frac = (m.group(7) or "")[:9].ljust(9, "0")
     try:
-        secs = calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0))
+        # calendar.timegm((y, mo, d, h, mi, s, ...)), its integer arithmetic split at the month
+        secs = ((_month_start_days(y, mo) + d - 1) * 24 + h) * 3600 + mi * 60 + s
         if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and s < 61):
             raise ValueError
     except (ValueError, OverflowError):
         raise WorkloadError(f"{where}: field 'TIMESTAMP': not a valid date/time, got {text!r}") from None
     return secs * 1_000_000_000 + int(frac)
+
+
+@functools.lru_cache(maxsize=1024)
+def _month_start_days(year: int, month: int) -> int:
+    """Days from 1970-01-01 to the first of ``month`` (``calendar.timegm``'s own count; raises
+    ValueError for a month or year out of range)."""
+    return calendar.timegm((year, month, 1, 0, 0, 0, 0, 0, 0)) // 86400
 
 
 AZURE_COLS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -132,15 +151,34 @@ def check_header(reader: csv.DictReader, columns: tuple[str, ...], path: Path, w
         raise WorkloadError(f"{path}:1: header lacks column(s) {missing}; {what} has {list(columns)}")
 
 
-def _azure_rows(path: Path, tenant: str, skipped: list[SkippedRow] | None) -> list[tuple[int, TraceRow]]:
-    def parse(d: dict[str, str], line: int, where: str) -> tuple[int, TraceRow]:
-        ns = parse_timestamp_ns(d.get("TIMESTAMP") or "", where)
-        return ns, TraceRow(f"{tenant}-{line - 2}", 0.0, tenant,
-                            _int_field(d, "ContextTokens", where), _int_field(d, "GeneratedTokens", where))
+def _azure_rows(path: Path, tenant: str, skipped: list[SkippedRow] | None) -> list[tuple[int, str, int, int]]:
+    """(arrival ns, request id, prompt tokens, output tokens) of each data row.  The rows as
+    ``csv.DictReader`` yields them (blank lines skipped, not counted; a short row's missing
+    fields None; a repeated column's last value), read from its plain reader by index."""
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)
         check_header(reader, AZURE_COLS, path, "an Azure trace")
-        return parse_csv_rows(reader, path, skipped, parse)
+        names = reader.fieldnames or []
+        column = {name: j for j, name in enumerate(names)}
+        i_ts, i_ctx, i_gen = (column[c] for c in AZURE_COLS)
+        width = len(names)
+        out: list[tuple[int, str, int, int]] = []
+        line = 1
+        for row in reader.reader:
+            if not row:
+                continue
+            line += 1
+            where = f"{path}:{line}"
+            n = len(row)
+            try:
+                if n > width:
+                    raise WorkloadError(f"{where}: more fields than the header has")
+                ns = parse_timestamp_ns(row[i_ts] if i_ts < n else "", where)
+                out.append((ns, f"{tenant}-{line - 2}", _int_value(row[i_ctx] if i_ctx < n else None, "ContextTokens", where),
+                            _int_value(row[i_gen] if i_gen < n else None, "GeneratedTokens", where)))
+            except WorkloadError as err:
+                _collect(skipped, path, line, err)
+        return out
 
 
 def read_azure(code_path: str | Path | None = None, conv_path: str | Path | None = None, *,
@@ -158,15 +196,15 @@ def read_azure(code_path: str | Path | None = None, conv_path: str | Path | None
 
 def read_azure_sources(sources: list[tuple[Path, str]], skip_bad_rows: bool) -> TraceWorkload:
     skipped: list[SkippedRow] | None = [] if skip_bad_rows else None
-    stamped: list[tuple[int, TraceRow]] = []
+    stamped: list[tuple[int, str, str, int, int]] = []     # ns, request id, tenant, prompt, output
     for p, tenant in sources:
         if not p.exists():
             raise WorkloadError(f"{p}: no such trace file")
-        stamped += _azure_rows(p, tenant, skipped)
+        stamped += [(ns, rid, tenant, prompt, output) for ns, rid, prompt, output in _azure_rows(p, tenant, skipped)]
     if not stamped:
         raise WorkloadError(f"{', '.join(str(p) for p, _ in sources)}: no usable requests")
-    ns0 = min(ns for ns, _ in stamped)
-    rows = [replace(r, arrival_s=(ns - ns0) / 1e9) for ns, r in stamped]
+    ns0 = min(s[0] for s in stamped)
+    rows = [TraceRow(rid, (ns - ns0) / 1e9, tenant, prompt, output) for ns, rid, tenant, prompt, output in stamped]
     name = "azure" if len(sources) == 2 else f"azure-{sources[0][1]}"
     return finish_workload(name, rows, skipped, ", ".join(str(p) for p, _ in sources))
 

@@ -8,7 +8,7 @@ import random
 from dataclasses import replace
 from typing import Callable, Iterable
 
-from tokenfair.workloads.workload import TraceRow, Workload, WorkloadError
+from tokenfair.workloads.workload import TraceRow, Workload, WorkloadError, with_tenant
 
 
 def _rebuilt(wl: Workload, rows: Iterable[TraceRow], name: str | None = None) -> Workload:
@@ -38,7 +38,7 @@ def remap_tenants(wl: Workload, mapping: dict[str, str] | Callable[[str], str]) 
         if not isinstance(new, str) or not new.strip():
             raise WorkloadError(f"remap_tenants: tenant {t!r} maps to {new!r}; need a non-empty string")
         cache[t] = new.strip()
-    return _rebuilt(wl, (replace(r, tenant=cache[r.tenant]) for r in wl.rows))
+    return _rebuilt(wl, [with_tenant(r, cache[r.tenant]) for r in wl.rows])
 
 
 def limit(wl: Workload, n: int) -> Workload:
@@ -73,4 +73,4 @@ def spread_tenants(wl: Workload, num_tenants: int, *, seed: int = 0, zipf_s: flo
     names = [f"t{i:0{width}d}" for i in range(num_tenants)]
     weights = [1.0 / (i + 1) ** zipf_s for i in range(num_tenants)]
     picks = random.Random(seed).choices(names, weights=weights, k=len(wl.rows))
-    return _rebuilt(wl, (replace(r, tenant=t) for r, t in zip(wl.rows, picks)))
+    return _rebuilt(wl, [with_tenant(r, t) for r, t in zip(wl.rows, picks)])

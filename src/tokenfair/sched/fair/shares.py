@@ -146,6 +146,9 @@ class ShareMeter:
         shared.  O(k + tenants x k) float work, no method calls."""
         tau = self.share_tau_s
         now, end = step_ends[0], step_ends[-1]
+        if len(served) == 1:                       # one tenant (its traffic alone): no factor list
+            self._replay_one(served[0][0], served[0][1], step_ends)
+            return
         factors = [math.exp(-(step_ends[j] - step_ends[j - 1]) / tau) for j in range(1, len(step_ends))]
         last_t, f = math.nan, 1.0                  # nan: unequal to every time (a float, for mypyc)
         for t, s in served:
@@ -160,6 +163,23 @@ class ShareMeter:
             t.recent = r
             t.recent_t = end if end > rt else rt     # max(rt, end)
 
+    def _replay_one(self, t: TenantState, s: float, step_ends: list[float]) -> None:
+        """:meth:`replay_recent` for one tenant: the same float operations, each step's
+        factor computed where it is used."""
+        tau = self.share_tau_s
+        now, end = step_ends[0], step_ends[-1]
+        r, rt = t.recent, t.recent_t
+        if now > rt:
+            r *= math.exp(-(now - rt) / tau)
+        r += s
+        prev = now
+        for j in range(1, len(step_ends)):
+            e = step_ends[j]
+            r = r * math.exp(-(e - prev) / tau) + s
+            prev = e
+        t.recent = r
+        t.recent_t = end if end > rt else rt
+
     def replay_totals(self, served_total: float, per_class: dict[str, int], wd: float,
                       step_durations: list[float], ended: int) -> None:
         """The totals after decode-only steps of these durations: per step, what
@@ -170,6 +190,13 @@ class ShareMeter:
         tau = self.share_tau_s
         class_recent = self.class_recent
         total = self.recent_total
+        if not class_recent:                       # no min-share class: the total alone
+            for j, dt in enumerate(step_durations):
+                total += served_total
+                if j < ended:
+                    total *= math.exp(-dt / tau)
+            self.recent_total = total
+            return
         for j, dt in enumerate(step_durations):
             for klass, m in per_class.items():
                 class_recent[klass] = add_repeated(class_recent[klass], wd, m)

@@ -1,0 +1,60 @@
+"""The isolated baselines in bulk equal one request at a time, bit for bit."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from tokenfair.contracts.contract import Contract
+from tokenfair.core.costmodel import BUILTIN_PROFILES, load_profile
+from tokenfair.sim import isolated
+from tokenfair.sim.isolated import isolated_e2e, isolated_latency
+from tokenfair.workloads.workload import TraceRow, with_tenant
+
+
+def random_rows(seed: int, n: int) -> list[TraceRow]:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        prompt = rng.choice([1, 2, 511, 512, 513, 2048, 4097]) if i % 5 == 0 else rng.randrange(1, 9000)
+        output = rng.choice([1, 2, 3, 8, 9, 129, 8193, 9000]) if i % 7 == 0 else rng.randrange(1, 1500)
+        rows.append(TraceRow(f"r{i}", 0.0, "t", prompt, output))
+    return rows
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_PROFILES))
+def test_bulk_equals_one_at_a_time(name, monkeypatch):
+    profile = load_profile(name)
+    rows = random_rows(sum(map(ord, name)), 200)
+    monkeypatch.setattr(isolated, "MAX_BLOCK_ROWS", 3)     # blocks split within a length too
+    for chunk in (61, 512, 2048):
+        bulk = isolated_e2e(rows, Contract(), profile, chunk)
+        assert list(bulk) == [r.request_id for r in rows]
+        for r in rows:
+            assert bulk[r.request_id] == isolated_latency(r, Contract(), profile, chunk)[1], (name, chunk, r)
+
+
+def test_with_tenant_is_replace():
+    row = TraceRow("a", 1.5, "t", 10, 20, klass="k", deadline_s=3.0, priority=2.0, max_tokens=30,
+                   prefix_hashes=(1, 2))
+    assert all(getattr(row, f.name) != f.default for f in dataclasses.fields(TraceRow))   # every field set
+    assert with_tenant(row, "u") == dataclasses.replace(row, tenant="u")
+
+
+@pytest.mark.parametrize("policy", ["fifo", "vtc", "fair"])
+def test_a_run_without_timeline_ends_the_same(policy):
+    from tokenfair.evaluation.metrics import request_record
+    from tokenfair.runtime.step_counter import StepCounter
+    from tokenfair.sim.simulate import simulate_once
+    from tokenfair.workloads.scenarios import build_scenario
+    wl, contract = build_scenario("whale", 0)
+    profile = load_profile(None)
+    full = simulate_once(wl, policy, contract, profile)
+    bare = simulate_once(wl, policy, contract, profile, timeline=False)
+    assert isinstance(bare.recorder, StepCounter) and not isinstance(full.recorder, StepCounter)
+    assert [request_record(r) for r in bare.requests] == [request_record(r) for r in full.requests]
+    assert bare.end_s == full.end_s and bare.recorder.num_steps == full.recorder.num_steps > 0
+    assert not bare.recorder.tenant_service and not bare.recorder.kv_usage   # nothing recorded
+    assert full.recorder.tenant_service
