@@ -174,8 +174,9 @@ def _azure_rows(path: Path, tenant: str, skipped: list[SkippedRow] | None) -> li
                 if n > width:
                     raise WorkloadError(f"{where}: more fields than the header has")
                 ns = parse_timestamp_ns(row[i_ts] if i_ts < n else "", where)
-                out.append((ns, f"{tenant}-{line - 2}", _int_value(row[i_ctx] if i_ctx < n else None, "ContextTokens", where),
-                            _int_value(row[i_gen] if i_gen < n else None, "GeneratedTokens", where)))
+                prompt = _int_value(row[i_ctx] if i_ctx < n else None, "ContextTokens", where)
+                output = _int_value(row[i_gen] if i_gen < n else None, "GeneratedTokens", where)
+                out.append((ns, f"{tenant}-{line - 2}", prompt, output))
             except WorkloadError as err:
                 _collect(skipped, path, line, err)
         return out
