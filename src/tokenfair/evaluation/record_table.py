@@ -70,8 +70,7 @@ class RecordTable:
     @classmethod
     def from_requests(cls, requests: Sequence[Request],
                       extra: dict[str, Sequence[int | None]] | None = None) -> "RecordTable":
-        cols = {f: list(map(attrgetter(_ATTRS.get(f, f)), requests)) for f in FIELDS}
-        return cls.from_columns(len(requests), cols, extra, ints_may_be_none=False)
+        return cls.from_columns(len(requests), _LazyColumns(requests), extra, ints_may_be_none=False)
 
     @classmethod
     def from_dicts(cls, records: Iterable[dict[str, Any]]) -> "RecordTable":
@@ -79,28 +78,30 @@ class RecordTable:
         return cls.from_columns(len(recs), {f: list(map(itemgetter(f), recs)) for f in FIELDS})
 
     @classmethod
-    def from_columns(cls, n: int, cols: dict[str, list[Any]],
+    def from_columns(cls, n: int, cols: "dict[str, list[Any]] | _LazyColumns",
                      extra: dict[str, Sequence[int | None]] | None = None,
                      ints_may_be_none: bool = True) -> "RecordTable":
         """``cols``: each field's values in record order (``status``: a Status or its value).
         ``ints_may_be_none``: an integer field may hold None (a load client's record has no
         predicted output); a Request's never do."""
-        strings = {f: cols[f] for f in STRINGS}
+        strings = {f: cols[f] for f in STRINGS}         # each column read once, then let go
         codes, names = {}, {}
         for f in CATEGORIES:
-            seen = list(dict.fromkeys(cols[f]))            # first-seen order
+            col = cols[f]
+            seen = list(dict.fromkeys(col))                # first-seen order
             lookup = {v: i for i, v in enumerate(seen)}
-            codes[f] = np.fromiter(map(lookup.__getitem__, cols[f]), np.int32, n)
+            codes[f] = np.fromiter(map(lookup.__getitem__, col), np.int32, n)
             names[f] = [getattr(v, "value", v) for v in seen] if f == "status" else seen
         values: dict[str, np.ndarray] = {"arrival_s": np.array(cols["arrival_s"], dtype=np.float64)}
         present: dict[str, np.ndarray] = {}
         for f in NULLABLE_FLOATS:
             values[f], present[f] = _nullable_floats(cols[f])
         for f in INTS:
-            if ints_may_be_none and any(v is None for v in cols[f]):
-                values[f], present[f] = _nullable_ints(cols[f])
+            col = cols[f]
+            if ints_may_be_none and any(v is None for v in col):
+                values[f], present[f] = _nullable_ints(col)
             else:
-                values[f] = np.array(cols[f], dtype=np.int64)
+                values[f] = np.array(col, dtype=np.int64)
         for f, col in (extra or {}).items():
             values[f], present[f] = _nullable_ints(col)
         return cls(n, strings, codes, names, values, present, tuple(extra or ()))
@@ -160,6 +161,16 @@ class RecordTable:
         if pres is not None:
             out[~pres[lo:hi]] = "null"
         return out.tolist()
+
+
+class _LazyColumns:
+    """A field's values read from the requests when asked (one list alive at a time)."""
+
+    def __init__(self, requests: Sequence[Request]) -> None:
+        self.requests = requests
+
+    def __getitem__(self, f: str) -> list[Any]:
+        return list(map(attrgetter(_ATTRS.get(f, f)), self.requests))
 
 
 def _nullable_floats(col: Sequence[float | None]) -> tuple[np.ndarray, np.ndarray]:

@@ -37,8 +37,8 @@ def _events(t: RecordTable) -> _Events:
     w, r = np.flatnonzero(waits), np.flatnonzero(runs)
     nw, nr = len(w), len(r)
     time = np.concatenate((arr[w], start[w], sch[r], fin[r]))
-    d_wait = np.concatenate((np.ones(nw, np.int64), -np.ones(nw, np.int64), np.zeros(2 * nr, np.int64)))
-    d_run = np.concatenate((np.zeros(2 * nw, np.int64), np.ones(nr, np.int64), -np.ones(nr, np.int64)))
+    d_wait = np.concatenate((np.ones(nw, np.int8), -np.ones(nw, np.int8), np.zeros(2 * nr, np.int8)))
+    d_run = np.concatenate((np.zeros(2 * nw, np.int8), np.ones(nr, np.int8), -np.ones(nr, np.int8)))
     return _Events(time, d_wait, d_run, np.concatenate((w, w, r, r)))
 
 
@@ -48,8 +48,8 @@ def gaps(ev: _Events, group: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
     g = group[ev.row]
     order = np.lexsort((ev.time, g))
     g, time = g[order], ev.time[order]
-    waiting = np.cumsum(ev.d_wait[order])
-    running = np.cumsum(ev.d_run[order])
+    waiting = np.cumsum(ev.d_wait[order], dtype=np.int64)
+    running = np.cumsum(ev.d_run[order], dtype=np.int64)
     if not len(time):
         empty = np.zeros(0)
         return empty.astype(np.int64), empty, empty
