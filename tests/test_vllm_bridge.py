@@ -260,3 +260,35 @@ def test_an_overdue_waiting_request_evicts_the_policys_victim():
             pass
         run_step(b, running, clock)
     assert b.counts["finished"] == 7 and not b.by_id
+
+
+def test_step_log_writes_one_line_per_step(tmp_path, monkeypatch):
+    import json
+    from tokenfair.integrations.vllm.steplog import StepLog
+    monkeypatch.setenv("TOKENFAIR_STEPS", str(tmp_path / "steps.jsonl"))
+    kw = dict(max_running=6, token_budget=256, chunk_cap=0, num_blocks=64, block_size=16)
+    path = tmp_path / "c.yaml"
+    path.write_text("version: v1\n")
+    assert load_settings({"tokenfair_contract": str(path)}, **kw).steps_path == str(tmp_path / "steps.jsonl")
+    b = bridge()
+    running: list = []
+    for i, t in enumerate(("a", "b")):
+        b.arrive(vreq(f"{t}{i}", t, prompt=20))
+    admit_next(b, running, set())
+    admit_next(b, running, set())
+    by_id = {v.request_id: v for v in running}
+    by_id["a0"].num_computed_tokens = 20                     # a prefill of 20 tokens this step
+    by_id["b1"].num_computed_tokens = 21                     # a decode (its prompt done before)
+    sched = SimpleNamespace(requests=by_id, tokenfair=b, running=running, waiting=[],
+                            max_num_scheduled_tokens=256, scheduler_config=SimpleNamespace(long_prefill_token_threshold=64))
+    out = SimpleNamespace(num_scheduled_tokens={"a0": 20, "b1": 1}, total_num_scheduled_tokens=21,
+                          scheduled_new_reqs=[1], preempted_req_ids=None)
+    log = StepLog(str(tmp_path / "steps.jsonl"))
+    log.begin()
+    log.scheduled()
+    log.end(sched, out)
+    log.close()
+    (row,) = [json.loads(x) for x in (tmp_path / "steps.jsonl").read_text().splitlines()]
+    assert (row["reqs"], row["tokens"], row["prefills"], row["prefill_tokens"], row["new"]) == (2, 21, 1, 20, 1)
+    assert row["tenants"] == {"a": 1, "b": 1} and row["budget"] == 256 and row["chunk"] == 64
+    assert row["step_ms"] >= row["schedule_ms"] >= 0

@@ -151,3 +151,56 @@ def test_gateway_window_follows_backend_saturation(h):
         assert w.decreases >= 1                # and was cut back when requests queued there
     fake.stop()
     assert all(r["status"] == "finished" for r in gw.records.items) and len(gw.records.items) == 48
+
+
+def test_prefill_backlog_bounds_releases_while_driven():
+    from types import SimpleNamespace
+    from tokenfair.serve.saturation import prefill_backlog
+    job = lambda prompt, first=None: SimpleNamespace(req=SimpleNamespace(prompt_tokens=prompt, first_token_s=first))  # noqa: E731
+    assert prefill_backlog([job(100), job(50, first=1.0), job(30)]) == 130
+    w = SaturationWindow(WindowConfig(), SaturationConfig(max_prefill_tokens=250))
+    assert w.admits_prompt(200, 100, 0.0)            # no reading yet: not driven, no bound
+    w.on_reading(Saturation(0, 1, 0.1, 0.0), 1)
+    assert w.admits_prompt(150, 100, 0.5) and not w.admits_prompt(200, 100, 0.5)
+    assert w.admits_prompt(0, 5000, 0.5)             # an empty backlog takes any prompt
+    assert SaturationWindow(WindowConfig(), SaturationConfig(max_prefill_tokens=None)).admits_prompt(10**6, 1, 0.0)
+    with pytest.raises(ValueError):
+        SaturationConfig(max_prefill_tokens=0)
+
+
+@pytest.mark.parametrize("max_prefill_tokens", [250, None])
+def test_prefill_backlog_keeps_a_burst_queued_in_the_gateway(h, max_prefill_tokens):
+    """A backend that takes everything at once (vLLM's 128 slots) and is slow to a first
+    token: with the backlog bounded the gateway holds most of a heavy burst, so a light
+    request sent after it reaches the backend early; unbounded, it arrives behind the burst."""
+    from tokenfair.serve.fake_backend import create_fake_backend
+    from tokenfair.serve.shutdown import ServerThread
+
+    app = create_fake_backend(concurrency=64, token_delay_s=0.01, ttft_s=0.5, vllm_metrics=True)
+    fake = ServerThread(app).start()
+    gw, st = _gateway(h, [fake.url], window=WindowConfig(initial=32),
+                      saturation=SaturationConfig(poll_s=0.05, max_prefill_tokens=max_prefill_tokens))
+    heavy_prompt = "word " * 80                      # about 100 tokens by the gateway's estimate
+
+    def call(tenant: str, prompt: str) -> int:
+        return httpx.post(st.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 3},
+                          headers=h.auth(tenant), timeout=60).status_code
+    with st:
+        time.sleep(0.3)                              # a first /metrics reading: the window is driven
+        threads = [threading.Thread(target=call, args=("heavy", heavy_prompt)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 20
+        while len(gw.jobs) + len(gw.records.items) < 8 and time.monotonic() < deadline:   # the burst is in
+            time.sleep(0.01)
+        assert call("light", "hi") == 200
+        for t in threads:
+            t.join(60)
+    fake.stop()
+    order = [b["vllm_xargs"]["tenant"] for b in app.state.stats["bodies"]]
+    assert sorted(order) == ["heavy"] * 8 + ["light"]
+    if max_prefill_tokens is None:
+        assert order.index("light") >= 6             # behind (nearly: bodies race to the backend) the burst
+    else:
+        assert order.index("light") <= 4             # behind at most the backlog's two and their successors
+    assert all(r["status"] == "finished" for r in gw.records.items)

@@ -17,7 +17,7 @@ import typer
 
 from .common import USER_ERRORS, error_message, fail, resolve_contract, resolve_workload
 from .options import nested, option, options_command
-from ..serve.defaults import CLOSE_S, DEFAULT_GRACE_S, DEFAULT_MAX_BODY_BYTES
+from ..serve.defaults import CLOSE_S, DEFAULT_GRACE_S, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_PREFILL_TOKENS
 
 
 def _keyring(contract, allow_anonymous: Optional[str]):
@@ -187,6 +187,8 @@ class GatewayOptions:
     backend_priority: bool = option(False, "send vLLM `priority` from the class (backends run "
                                     "--scheduling-policy priority or the tokenfair scheduler)")
     max_inflight_tokens: Optional[int] = option(None, "cap on predicted tokens in flight per backend")
+    max_prefill_backlog: int = option(DEFAULT_MAX_PREFILL_TOKENS, "with --window saturation: prompt tokens released to a vLLM "
+                                      "backend without a first token yet, at most (0: no bound)")
     max_context: Optional[int] = option(None, "backends' context length (400 context_length_exceeded beyond it)")
     service: ServiceOptions = nested(ServiceOptions)
     connect_timeout_s: float = option(3.0, "seconds to connect to a backend")
@@ -222,7 +224,10 @@ def _gateway_kwargs(o: GatewayOptions) -> dict:
                                        probe_failures_down=o.probe_failures_down)
     if o.window_mode not in ("saturation", "latency"):
         raise ValueError(f"--window: expected 'saturation' or 'latency', got {o.window_mode!r}")
-    sat = SaturationConfig() if o.window_mode == "saturation" else None
+    if o.max_prefill_backlog < 0:
+        raise ValueError(f"--max-prefill-backlog: expected tokens >= 0 (0: no bound), got {o.max_prefill_backlog}")
+    sat = (SaturationConfig(max_prefill_tokens=o.max_prefill_backlog or None)
+           if o.window_mode == "saturation" else None)
     return dict(policy=o.policy, backend_key=o.backend_key, window=win, max_context=o.max_context,
                 records=_records(o.service), max_tenant_labels=o.service.max_tenant_labels,
                 health=health, backend_priority=o.backend_priority, saturation=sat)

@@ -1,8 +1,10 @@
 """``tokenfair bench vllm``: real vLLM with and behind tokenfair, compared in one run.
 
 1. *gateway vs direct*: ``streams`` closed-loop streams (each sends its next request when
-   the previous one ends) to stock vLLM directly and through the gateway (saturation
-   window), alternated ``repeats`` times; then the heavy-burst + light-tenant workload
+   the previous one ends) to stock vLLM (128 slots, its engine on one CPU as in part 2)
+   directly and through the gateway (saturation window; ``gateway_args``: more
+   ``tokenfair gateway`` options; ``compare_backlogs``: more gateways side by side, one per
+   ``--max-prefill-backlog`` value), alternated ``repeats`` times; then the heavy-burst + light-tenant workload
    directly and through the gateway: per tenant TTFT.
 2. *plugin vs stock*: the heavy-burst + light-tenant workload (two heavy tenants weighted
    2:1, tests/vllm/contract.yaml) on vLLM with the tokenfair scheduler and on stock vLLM
@@ -73,14 +75,15 @@ PARTS = ("gateway", "plugin")
 
 
 def bench_vllm(model_dir: str, logs: Path, repeats: int = 3, streams: int = 16, per_stream: int = 3,
-               parts: tuple[str, ...] = PARTS) -> dict:
+               parts: tuple[str, ...] = PARTS, gateway_args: tuple[str, ...] = (),
+               compare_backlogs: tuple[int, ...] = ()) -> dict:
     from ..serve.shutdown import free_port
     from .vllm_process import VllmServer, compared_engine_cpu
 
     contract = str(Path(__file__).resolve().parents[3] / "tests" / "vllm" / "contract.yaml")
     logs.mkdir(parents=True, exist_ok=True)
-    stock = VllmServer(model_dir, free_port(), logs / "stock.log")
     cpu = compared_engine_cpu()
+    stock = VllmServer(model_dir, free_port(), logs / "stock.log", cpu_bind=cpu)
     stock6 = VllmServer(model_dir, free_port(), logs / "stock6.log", max_num_seqs=PLUGIN_SLOTS, cpu_bind=cpu)
     plugin6 = VllmServer(model_dir, free_port(), logs / "plugin6.log", contract=contract,
                          records=str(logs / "plugin-records.jsonl"), max_num_seqs=PLUGIN_SLOTS, cpu_bind=cpu)
@@ -92,7 +95,8 @@ def bench_vllm(model_dir: str, logs: Path, repeats: int = 3, streams: int = 16, 
         for s in servers:
             s.wait_ready()
         if "gateway" in parts:
-            out["gateway_vs_direct"] = _gateway_vs_direct(stock, contract, repeats, streams, per_stream, logs)
+            out["gateway_vs_direct"] = _gateway_vs_direct(stock, contract, repeats, streams, per_stream, logs,
+                                                          gateway_args, compare_backlogs)
         if "plugin" in parts:
             out["plugin_vs_stock"] = _plugin_vs_stock(plugin6, stock6, repeats)
     finally:
@@ -101,31 +105,46 @@ def bench_vllm(model_dir: str, logs: Path, repeats: int = 3, streams: int = 16, 
     return out
 
 
-def _gateway_vs_direct(stock, contract: str, repeats: int, streams: int, per_stream: int, logs: Path) -> dict:
+def _gateway_vs_direct(stock, contract: str, repeats: int, streams: int, per_stream: int, logs: Path,
+                       gateway_args: tuple[str, ...] = (), compare_backlogs: tuple[int, ...] = ()) -> dict:
+    """Direct and through the gateway (``gateway_args``), and through one more gateway per
+    ``compare_backlogs`` value (``--max-prefill-backlog N``, side ``gateway_backlog_N``), the
+    sides alternated (reversed every other round)."""
+    from contextlib import ExitStack
+
     from .gateway_harness import GatewayProcess
     keys = {"heavy_a": "key-heavy-a", "heavy_b": "key-heavy-b", "light": "key-light"}
-    rows: dict[str, list[dict]] = {"direct": [], "gateway": []}
-    bursts: dict[str, list[dict]] = {"direct": [], "gateway": []}
-    with GatewayProcess(stock.url, contract, keys, logs) as gw:
-        gw_url = gw.url
-        for _ in range(repeats):
-            rows["direct"].append(closed_loop(stock.url, streams, per_stream))
-            rows["gateway"].append(closed_loop(gw_url, streams, per_stream, keys))
-        for _ in range(repeats):
-            bursts["direct"].append(summarize(run_burst(stock.url, burst_workload(2)), HEAVY))
-            bursts["gateway"].append(summarize(run_burst(gw_url, burst_workload(2), keys=keys), HEAVY))
-    out_rows = {"closed_loop": rows, "burst": bursts}
-    res: dict = {}
-    for name in rows:
-        res[name] = {"throughput_tok_s": _median_of(rows[name], ("throughput_tok_s",)),
-                     "failed": sum(r["failed"] for r in rows[name]),
-                     "burst_light_ttft_p99_s": _median_of(bursts[name], ("tenants", "light", "ttft_p99_s")),
-                     "burst_heavy_a_ttft_p99_s": _median_of(bursts[name], ("tenants", "heavy_a", "ttft_p99_s")),
-                     "burst_throughput_tok_s": _median_of(bursts[name], ("throughput_tok_s",)),
-                     "burst_failed": sum(r["failed"] for r in bursts[name]),
-                     "runs_tok_s": [round(r["throughput_tok_s"], 1) for r in rows[name]]}
-    res["raw"] = out_rows
+    arms = {"gateway": tuple(gateway_args)}
+    arms.update({f"gateway_backlog_{n}": ("--max-prefill-backlog", str(n)) for n in compare_backlogs})
+    sides: dict[str, tuple[str, dict[str, str] | None]] = {"direct": (stock.url, None)}
+    with ExitStack() as stack:
+        for name, args in arms.items():
+            sides[name] = (stack.enter_context(GatewayProcess(stock.url, contract, keys, logs, args)).url, keys)
+        rows: dict[str, list[dict]] = {name: [] for name in sides}
+        bursts: dict[str, list[dict]] = {name: [] for name in sides}
+        names = list(sides)
+        for i in range(repeats):
+            for name in (names if i % 2 == 0 else names[::-1]):
+                rows[name].append(closed_loop(sides[name][0], streams, per_stream, sides[name][1]))
+        for i in range(repeats):
+            for name in (names if i % 2 == 0 else names[::-1]):
+                url, k = sides[name]
+                bursts[name].append(summarize(run_burst(url, burst_workload(2), keys=k), HEAVY))
+    res: dict = {name: _gateway_side(rows[name], bursts[name]) for name in sides}
+    res["raw"] = {"closed_loop": rows, "burst": bursts}
     return res
+
+
+def _gateway_side(rows: list[dict], bursts: list[dict]) -> dict:
+    return {"throughput_tok_s": _median_of(rows, ("throughput_tok_s",)),
+            "failed": sum(r["failed"] for r in rows),
+            "burst_light_ttft_p99_s": _median_of(bursts, ("tenants", "light", "ttft_p99_s")),
+            "burst_heavy_a_ttft_p99_s": _median_of(bursts, ("tenants", "heavy_a", "ttft_p99_s")),
+            "burst_throughput_tok_s": _median_of(bursts, ("throughput_tok_s",)),
+            "burst_failed": sum(r["failed"] for r in bursts),
+            "runs_tok_s": [round(r["throughput_tok_s"], 1) for r in rows],
+            "burst_runs_light_ttft_p99_s": [round(r["tenants"]["light"]["ttft_p99_s"], 2) for r in bursts],
+            "burst_runs_tok_s": [round(r["throughput_tok_s"], 1) for r in bursts]}
 
 
 def _plugin_vs_stock(plugin, stock, repeats: int) -> dict:

@@ -22,6 +22,7 @@ from ..core.request import Request, Status
 from ..sched.gateway_round import admit, begin_round, next_candidate
 from .gateway_jobs import GatewayJob, JobBook
 from .gateway_window import Backend
+from .saturation import SaturationWindow, prefill_backlog
 
 IDLE_POLL_S = 0.05      # a round's wake-up period while requests wait (expiry, rate limits)
 IDLE_SLEEP_S = 1.0      # ... while nothing waits (a new request wakes the loop at once)
@@ -66,15 +67,21 @@ class Dispatcher:
         vals = [b.tpot_ewma_s for b in self.backends if b.tpot_ewma_s is not None]
         return sum(vals) / len(vals) if vals else None
 
-    def free_backend(self, tokens: int) -> Backend | None:
+    def free_backend(self, tokens: int, prompt_tokens: int = 0) -> Backend | None:
         """The up backend with the most room (relative to its window) that can take ``tokens``
-        more predicted tokens; ties go to the lower TTFT.  None when none can."""
+        more predicted tokens and a prompt of ``prompt_tokens`` behind its prefill backlog
+        (``saturation.prefill_backlog``); ties go to the lower TTFT.  None when none can."""
         best, best_key = None, None
         cap = self.max_inflight_tokens
+        now = self.now()
         for b in self.backends:
             if not b.up or b.room() <= 0:
                 continue
             if cap is not None and b.inflight > 0 and b.inflight_tokens + tokens > cap:
+                continue
+            w = b.window
+            if prompt_tokens and isinstance(w, SaturationWindow) and not w.admits_prompt(
+                    prefill_backlog(j for j in self.book.running if j.backend is b), prompt_tokens, now):
                 continue
             key = (-b.room() / b.window.limit, b.ttft_ewma_s or 0.0)
             if best_key is None or key < best_key:
@@ -103,7 +110,7 @@ class Dispatcher:
         """(request, backend, tokens) to release next; () when the policy cannot admit the
         picked tenant now (it is added to ``blocked``: ask again); None: the round is over."""
         return next_candidate(self.policy, now, len(self.book.running), self.max_running(), blocked,
-                              lambda req, tokens: self.free_backend(tokens))
+                              lambda req, tokens: self.free_backend(tokens, req.prompt_tokens if req else 0))
 
     def set_sleep(self, now: float) -> None:
         policy = self.policy

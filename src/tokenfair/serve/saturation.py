@@ -25,6 +25,11 @@ rule's target for their prompt -- which the gateway knows itself):
   * otherwise, with the window in use (``inflight >= window - 1``): grow by
     ``max(1, growth x window)`` (at most ``max``).
 
+Between readings, at each release: a driven backend whose *prefill backlog* (prompt tokens
+of ours released to it without a first token yet, :func:`prefill_backlog`) would exceed
+``max_prefill_tokens`` with the candidate's prompt gets nothing more until one of them starts
+(:meth:`SaturationWindow.admits_prompt`): vLLM's own queue does not show that backlog.
+
 Without a fresh reading (no ``/metrics``, no vLLM names in it, older than ``max_age_s``) the
 window falls back to the TTFT rule.  A 429/503 or a connection error shrinks it either way.
 """
@@ -36,6 +41,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .defaults import DEFAULT_MAX_PREFILL_TOKENS
 from .gateway_window import AdaptiveWindow, WindowConfig
 
 WAITING_METRIC = "vllm:num_requests_waiting"
@@ -53,13 +59,18 @@ class SaturationConfig:
     poll_s: float = 0.25             # between readings of one backend's /metrics
     max_age_s: float = 2.0           # an older reading no longer drives the window
     growth: float = 0.5              # unsaturated, window in use: += max(1, growth x window)
-    # late first tokens tolerated (None: not used, the default; the tokenfair bench vllm runs
-    # showed no clear gain on the CPU backend, docs/BENCHMARKS.md)
+    # late first tokens tolerated (None: not used, the default; on the CPU backend it showed no
+    # clear gain in a tokenfair bench vllm run: max_prefill_tokens bounds that backlog instead)
     max_starting: int | None = None
+    # the prefill backlog a driven backend may hold of ours: prompt tokens released to it and
+    # still without a first token (None: no bound; see prefill_backlog)
+    max_prefill_tokens: int | None = DEFAULT_MAX_PREFILL_TOKENS
 
     def __post_init__(self) -> None:
         if self.max_waiting < 0 or not 0 < self.max_kv_usage <= 1 or self.poll_s <= 0 or self.growth <= 0:
             raise ValueError("saturation: need max_waiting >= 0, 0 < max_kv_usage <= 1, poll_s > 0, growth > 0")
+        if self.max_prefill_tokens is not None and self.max_prefill_tokens < 1:
+            raise ValueError("saturation: max_prefill_tokens must be >= 1 (or None: no bound)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,12 +161,32 @@ class SaturationWindow:
             lat.decreases += 1
         return lat.window > before
 
+    def admits_prompt(self, backlog_tokens: int, prompt_tokens: int, now: float) -> bool:
+        """May a prompt of ``prompt_tokens`` be released while ``backlog_tokens`` of ours wait
+        for their first token there?  Always while the window is not driven (no vLLM metrics)
+        or the backlog is empty (one prompt always goes, however long)."""
+        cap = self.sat.max_prefill_tokens
+        return (cap is None or backlog_tokens <= 0 or not self.is_driven(now)
+                or backlog_tokens + prompt_tokens <= cap)
+
     def on_first_token(self, ttft: float, prompt_tokens: int, released_s: float, inflight: int, now: float) -> None:
         if not self.is_driven(now):
             self.latency.on_first_token(ttft, prompt_tokens, released_s, inflight, now)
 
     def on_overload(self, released_s: float, now: float) -> None:
         self.latency.on_overload(released_s, now)
+
+
+def prefill_backlog(jobs) -> int:
+    """Prompt tokens of ``jobs`` (released to one backend) without a first token yet.
+
+    vLLM admits up to ``--max-num-seqs`` requests into its running batch at once (128 by
+    default on the CPU) and prefills them chunk by chunk, in arrival order: after a burst its
+    own queue (``vllm:num_requests_waiting``) is empty while a prompt sent now waits behind
+    every prompt it took.  The gateway knows that backlog itself; bounding it
+    (``SaturationConfig.max_prefill_tokens``) keeps the rest of a burst in the gateway's fair
+    queue, where a request of a newly arriving tenant is released first."""
+    return sum(j.req.prompt_tokens for j in jobs if j.req.first_token_s is None)
 
 
 def late_first_tokens(backend, jobs: list, now: float) -> int:

@@ -23,6 +23,7 @@ from ... import core_build  # noqa: E402
 from .bridge import PolicyBridge  # noqa: E402
 from .queue import PolicyQueue  # noqa: E402
 from .settings import load_settings  # noqa: E402
+from .steplog import StepLog  # noqa: E402
 from .urgent import preempt_for_urgent  # noqa: E402
 
 log = logging.getLogger("tokenfair.vllm")
@@ -40,6 +41,7 @@ def _init(sched) -> None:
                              block_size=int(sched.block_size))
     sched.tokenfair = PolicyBridge(settings)
     sched.tokenfair_base_budget = base_budget
+    sched.tokenfair_steps = StepLog(settings.steps_path) if settings.steps_path else None
     sched.waiting = PolicyQueue(sched.tokenfair, lambda: len(sched.running))
     # the victim vLLM evicts for KV is max(priority, arrival) in priority mode; the bridge
     # sets each running request's priority to its victim rank before every step
@@ -86,13 +88,21 @@ def _tokenfair_class(base: type, name: str, doc: str) -> type:
         base.add_request(self, request)
 
     def schedule(self, *args, **kwargs):
+        steps: StepLog | None = self.tokenfair_steps
+        if steps is not None:
+            steps.begin()
         _before_schedule(self)
-        return base.schedule(self, *args, **kwargs)
+        out = base.schedule(self, *args, **kwargs)
+        if steps is not None:
+            steps.scheduled()
+        return out
 
     def update_from_output(self, scheduler_output, model_runner_output):
         _fail_pending(self)
         outputs = base.update_from_output(self, scheduler_output, model_runner_output)
         self.tokenfair.after_step(scheduler_output.num_scheduled_tokens)
+        if self.tokenfair_steps is not None and scheduler_output.total_num_scheduled_tokens:
+            self.tokenfair_steps.end(self, scheduler_output)
         return outputs
 
     def finish_requests(self, request_ids, finished_status):

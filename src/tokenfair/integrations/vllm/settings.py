@@ -1,9 +1,9 @@
 """The plugin's settings: which contract, step-cost profile and policy it runs.
 
 Read from vLLM's ``--additional-config`` JSON (keys ``tokenfair_contract``,
-``tokenfair_profile``, ``tokenfair_policy``, ``tokenfair_records``) or, for each key not
-given there, the environment (``TOKENFAIR_CONTRACT``, ``TOKENFAIR_PROFILE``,
-``TOKENFAIR_POLICY``, ``TOKENFAIR_RECORDS``).  The
+``tokenfair_profile``, ``tokenfair_policy``, ``tokenfair_records``, ``tokenfair_steps``) or,
+for each key not given there, the environment (``TOKENFAIR_CONTRACT``, ``TOKENFAIR_PROFILE``,
+``TOKENFAIR_POLICY``, ``TOKENFAIR_RECORDS``, ``TOKENFAIR_STEPS``).  The
 contract is required: a scheduler that silently ran without one would not be the contract's.
 
 The contract's engine budgets describe tokenfair's own engine; inside vLLM they are vLLM's:
@@ -24,9 +24,9 @@ from ...contracts.contract import Contract, ContractError, load_contract
 from ...core.costmodel import Profile, load_profile
 
 CONTRACT_KEY, PROFILE_KEY, POLICY_KEY = "tokenfair_contract", "tokenfair_profile", "tokenfair_policy"
-RECORDS_KEY = "tokenfair_records"
+RECORDS_KEY, STEPS_KEY = "tokenfair_records", "tokenfair_steps"
 ENV = {CONTRACT_KEY: "TOKENFAIR_CONTRACT", PROFILE_KEY: "TOKENFAIR_PROFILE", POLICY_KEY: "TOKENFAIR_POLICY",
-       RECORDS_KEY: "TOKENFAIR_RECORDS"}
+       RECORDS_KEY: "TOKENFAIR_RECORDS", STEPS_KEY: "TOKENFAIR_STEPS"}
 DEFAULT_POLICY = "fair"
 # SmolLM2-135M, bfloat16, vLLM 0.32 CPU backend, 2 idle cores (--enforce-eager): decode
 # steps from the throughput seen at 1 and 16 streams (about 32 and 270 tok/s), the prefill
@@ -48,6 +48,7 @@ class Settings:
     policy: str                  # a tokenfair policy spec, e.g. "fair" or "fair:order=fifo"
     contract_path: str           # where the contract came from (for logs)
     records_path: str | None = None   # append one JSON line per ended request here (None: off)
+    steps_path: str | None = None     # append one JSON line per step here (steplog.py; None: off)
 
 
 def _value(additional: dict, key: str) -> str | None:
@@ -88,4 +89,4 @@ def load_settings(additional: dict | None, *, max_running: int, token_budget: in
                                          "swap_capacity_tokens": 0})
     policy = _value(additional, POLICY_KEY) or DEFAULT_POLICY
     return Settings(engine_budgets(contract, max_running, token_budget, chunk_cap), profile, policy, path,
-                    _value(additional, RECORDS_KEY))
+                    _value(additional, RECORDS_KEY), _value(additional, STEPS_KEY))
