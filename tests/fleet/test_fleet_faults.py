@@ -93,10 +93,24 @@ def stream_forever(url: str, key: str, n: int, errors: list) -> None:
         errors.append(type(err).__name__)
 
 
+def start_doomed_gateway(backend_url: str, cpath, redis_url: str, ttl: float):
+    """A `tokenfair gateway --redis` process (id ``doomed``, window fixed at 2) and its URL,
+    once it answers /healthz."""
+    from tokenfair.fleet.redis_server import free_port
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tokenfair", "gateway", "--backend", backend_url, "--contract",
+                             str(cpath), "--port", str(port), "--redis", redis_url, "--fleet", "kill",
+                             "--gateway-id", "doomed", "--lease-ttl", str(ttl), "--heartbeat", "0.1",
+                             "--initial-window", "2", "--min-window", "2", "--max-window", "2",
+                             "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    assert wait_until(lambda: _up(url), 30), proc.stderr.read1(4000) if proc.poll() is not None else ""
+    return proc, url
+
+
 def test_killed_gateway_leases_expire_within_ttl(redis_server, tmp_path):
     from tokenfair.fleet.client import FleetClient
     from tokenfair.fleet.gateway import FleetGateway
-    from tokenfair.fleet.redis_server import free_port
     from tokenfair.serve.app import create_app
     from tokenfair.serve.fake_backend import create_fake_backend
     from tokenfair.serve.gateway import WindowConfig
@@ -107,15 +121,8 @@ def test_killed_gateway_leases_expire_within_ttl(redis_server, tmp_path):
     write_contract(cpath)
     with ExitStack() as stack:
         be = stack.enter_context(ServerThread(create_fake_backend(concurrency=2, token_delay_s=0.05)))
-        port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "tokenfair", "gateway", "--backend", be.url, "--contract",
-                                 str(cpath), "--port", str(port), "--redis", redis_server.url, "--fleet", "kill",
-                                 "--gateway-id", "doomed", "--lease-ttl", str(ttl), "--heartbeat", "0.1",
-                                 "--initial-window", "2", "--min-window", "2", "--max-window", "2",
-                                 "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc, doomed = start_doomed_gateway(be.url, cpath, redis_server.url, ttl)
         try:
-            doomed = f"http://127.0.0.1:{port}"
-            assert wait_until(lambda: _up(doomed), 30), proc.stderr.read1(4000) if proc.poll() is not None else ""
             errors: list = []
             threads = [threading.Thread(target=stream_forever, args=(doomed, KEYS["a"], 400, errors), daemon=True)
                        for _ in range(2)]
