@@ -39,7 +39,7 @@ def _events(t: RecordTable) -> _Events:
     time = np.concatenate((arr[w], start[w], sch[r], fin[r]))
     d_wait = np.concatenate((np.ones(nw, np.int8), -np.ones(nw, np.int8), np.zeros(2 * nr, np.int8)))
     d_run = np.concatenate((np.zeros(2 * nw, np.int8), np.ones(nr, np.int8), -np.ones(nr, np.int8)))
-    return _Events(time, d_wait, d_run, np.concatenate((w, w, r, r)))
+    return _Events(time, d_wait, d_run, np.concatenate((w, w, r, r)).astype(np.int32))
 
 
 def gaps(ev: _Events, group: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -48,8 +48,9 @@ def gaps(ev: _Events, group: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
     g = group[ev.row]
     order = np.lexsort((ev.time, g))
     g, time = g[order], ev.time[order]
-    waiting = np.cumsum(ev.d_wait[order], dtype=np.int64)
-    running = np.cumsum(ev.d_run[order], dtype=np.int64)
+    waiting = np.cumsum(ev.d_wait[order], dtype=np.int32)   # requests of one group at once
+    running = np.cumsum(ev.d_run[order], dtype=np.int32)
+    del order
     if not len(time):
         empty = np.zeros(0)
         return empty.astype(np.int64), empty, empty

@@ -2,11 +2,13 @@
 
 Service is bucketed per ``bucket_s`` (1 s) of simulated/wall time, per tenant and per class,
 in cost-weighted tokens (the contract's prefill/decode weights), so shares and Jain's index
-can be computed over any window made of whole buckets.  Memory: O(buckets x active tenants).
+can be computed over any window made of whole buckets.  Memory: O(buckets x active tenants),
+16 bytes each (:class:`Series`).
 """
 
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
 from typing import Callable
 
@@ -16,12 +18,40 @@ from ..core.request import count_by_tenant_and_class
 from ..sched.interface import SchedulerOutput
 
 
+class Series:
+    """One name's service per bucket, compactly (16 bytes a bucket): buckets ascending, and
+    each one's value.  ``put`` for the last bucket again replaces its value."""
+
+    def __init__(self) -> None:
+        self.buckets: array[int] = array("q")
+        self.values: array[float] = array("d")
+
+    def put(self, b: int, x: float) -> None:
+        n = len(self.buckets)
+        if n and self.buckets[n - 1] == b:
+            self.values[n - 1] = x
+        else:
+            self.buckets.append(b)
+            self.values.append(x)
+
+    def to_dict(self) -> dict[int, float]:
+        return dict(zip(self.buckets.tolist(), self.values.tolist()))
+
+
+def _put_all(series: dict[str, Series], bucket: dict[str, float], b: int) -> None:
+    for name, x in bucket.items():
+        s = series.get(name)
+        if s is None:
+            s = series[name] = Series()
+        s.put(b, x)
+
+
 class Recorder:
     def __init__(self, costs: CostWeights, bucket_s: float = 1.0) -> None:
         self.costs = costs
         self.bucket_s = bucket_s
-        self.tenant_service: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
-        self.class_service: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+        self.tenant_service: dict[str, Series] = {}      # first-served order
+        self.class_service: dict[str, Series] = {}
         self.tokens: dict[int, int] = defaultdict(int)       # bucket -> tokens processed
         self.queue_len: dict[int, int] = {}
         self.running: dict[int, int] = {}
@@ -53,10 +83,8 @@ class Recorder:
         b = self._open
         if b < 0:
             return
-        for name, x in self._open_tenants.items():
-            self.tenant_service[name][b] = x
-        for name, x in self._open_classes.items():
-            self.class_service[name][b] = x
+        _put_all(self.tenant_service, self._open_tenants, b)
+        _put_all(self.class_service, self._open_classes, b)
         self.tokens[b] = self._open_tokens
 
     def record_step(self, out: SchedulerOutput, t_end: float, duration_s: float,
@@ -126,8 +154,8 @@ class Recorder:
         self._flush()                   # the open bucket as it stands (it may still grow)
         return {
             "bucket_s": self.bucket_s,
-            "tenant_service": {t: dict(sorted(v.items())) for t, v in self.tenant_service.items()},
-            "class_service": {c: dict(sorted(v.items())) for c, v in self.class_service.items()},
+            "tenant_service": {t: v.to_dict() for t, v in self.tenant_service.items()},
+            "class_service": {c: v.to_dict() for c, v in self.class_service.items()},
             "tokens": dict(sorted(self.tokens.items())),
             "queue_len": self.queue_len,
             "running": self.running,
