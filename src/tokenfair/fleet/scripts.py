@@ -156,6 +156,9 @@ local rate, burst, credit = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARG
 local now = now_s(ARGV[13])
 local opkey = P .. ':op:' .. op
 local lb = P .. ':lb:' .. backend
+-- expired leases leave before any count is taken (as in DISPATCH and HEARTBEAT)
+redis.call('ZREMRANGEBYSCORE', lb, '-inf', now)
+redis.call('ZREMRANGEBYSCORE', P .. ':lt:' .. tenant, '-inf', now)
 local V = num(redis.call('GET', P .. ':V'), 0)
 if redis.call('EXISTS', opkey) == 1 then
   return with_tags({'dup', '', fmt(V), redis.call('ZCARD', lb), '0'})
