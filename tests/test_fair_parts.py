@@ -206,6 +206,35 @@ def test_share_meter_replays_decode_steps_exactly():
     assert (many.meter.recent_total, many.meter.class_recent) == (one.meter.recent_total, one.meter.class_recent)
 
 
+def test_share_meter_replays_one_tenant_without_classes_exactly(monkeypatch):
+    """A tenant's traffic alone (its isolated run) with no min-share class: replay_recent's
+    one-tenant path and replay_totals' total-only path give step-by-step's floats."""
+    one, fast = Parts(), Parts()
+    for parts in (one, fast):
+        parts.meter = ShareMeter(CONTRACT, parts.roster, TAU_S, [])
+        a = parts.roster.tenant("a")
+        a.active, a.recent, a.recent_t = True, 5.0, 0.05
+    reqs = [_req("a1", 0, "a"), _req("a2", 1, "a")]
+    ends, durations = [0.1, 0.25, 0.3], [0.1, 0.15, 0.05]
+    for now, dt in zip(ends, durations):
+        one.meter.add_decoded(reqs, {"a": 2}, 2.0, now)
+        one.meter.decay(dt)
+    calls = []
+    original = ShareMeter._replay_one
+    try:      # the interpreted class only: a compiled one cannot be patched
+        monkeypatch.setattr(ShareMeter, "_replay_one", lambda self, *a: (calls.append(1), original(self, *a))[1])
+        patched = True
+    except (TypeError, AttributeError):
+        patched = False
+    a = fast.roster.tenants["a"]
+    fast.meter.replay_recent([(a, 4.0)], ends)
+    fast.meter.replay_totals(4.0, {}, 2.0, durations, 3)
+    ref = one.roster.tenants["a"]
+    assert (a.recent, a.recent_t) == (ref.recent, ref.recent_t) and a.recent != 5.0
+    assert fast.meter.recent_total == one.meter.recent_total and fast.meter.class_recent == {}
+    assert calls == [1] or not patched
+
+
 def test_headroom_reserves_for_tenants_within_their_share():
     p = Parts()
     big, small = p.roster.tenant("big"), p.roster.tenant("small")
