@@ -70,7 +70,7 @@ def derive(t: RecordTable, isolated_e2e: Mapping[str, float] | None) -> Derived:
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = (fin_s - ft) / np.where(has_tpot, out - 1, 1).astype(np.float64)
     has_wait, wait = _waits(t)
-    overdue = has_wait & p["max_wait_s"] & (wait > v["max_wait_s"])
+    overdue = _overdue(t, has_wait, wait)
     has_deadline = p["deadline_s"]
     late = fin_s > v["deadline_s"]
     miss = has_deadline & (_is(status, names, "expired") | (finished & late))
@@ -100,7 +100,10 @@ def _waits(t: RecordTable) -> tuple[np.ndarray, np.ndarray]:
 
 def overdue_mask(t: RecordTable) -> np.ndarray:
     """The requests that waited longer than their class's max wait."""
-    has_wait, wait = _waits(t)
+    return _overdue(t, *_waits(t))
+
+
+def _overdue(t: RecordTable, has_wait: np.ndarray, wait: np.ndarray) -> np.ndarray:
     return has_wait & t.present["max_wait_s"] & (wait > t.values["max_wait_s"])
 
 
