@@ -133,7 +133,8 @@ def test_models_listed_from_the_start_and_a_401_to_the_backend_key_is_down(h, ti
 
 @pytest.mark.parametrize("args,needle", [(["--probe-timeout-s", "0"], "--probe-timeout-s: input should be greater than 0"),
                                          (["--first-token-timeout-s", "-1"], "--first-token-timeout-s"),
-                                         (["--max-body-bytes", "0"], "--max-body-bytes must be > 0")])
+                                         (["--max-body-bytes", "0"], "--max-body-bytes must be > 0"),
+                                         (["--max-prefill-backlog", "-1"], "--max-prefill-backlog: expected tokens >= 0")])
 def test_gateway_timeout_options_are_checked(args, needle):
     from typer.testing import CliRunner
 
