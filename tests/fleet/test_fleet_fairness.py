@@ -55,7 +55,7 @@ def test_skewed_spread_is_fair_only_with_shared_state(redis_server, shared):
     c = contract()
 
     async def load(urls):
-        both = rule(MIN_FINISHED if shared else 40)     # independent: its deficit is far beyond noise
+        both = rule()           # as many requests either way: with 40, noise reached the 5% margin
         first, rest = await asyncio.gather(closed_loop(urls[:1], KEYS, {"a": 8}, both),
                                            closed_loop(urls, KEYS, {"b": 8, "c": 8}, both))
         return {**first.served, **rest.served}
