@@ -13,6 +13,7 @@ import httpx
 
 from tokenfair.core.costmodel import Profile
 from tokenfair.serve.fake_backend import create_fake_backend
+from tokenfair.serve.fake_engine import DONE, BatchEngine
 from tokenfair.serve.shutdown import ServerThread
 
 STEP_S = 0.02
@@ -46,6 +47,24 @@ async def stream(client, url, n, chat=False):
     return texts, usage
 
 
+def test_batch_engine_runs_at_most_max_running_and_refills_as_one_ends():
+    """The engine alone (no HTTP, so no arrival spread): four requests submitted at once,
+    two slots: the first step takes two, the other two wait, and each pair runs 10 steps."""
+    async def run():
+        eng = BatchEngine(PROFILE, max_running=2, time_scale=0.01)
+        seqs = [eng.submit(3, 10) for _ in range(4)]
+        await asyncio.sleep(0)                          # the loop task takes the first batch
+        first = eng.stats()
+        for s in seqs:
+            while await s.out.get() is not DONE:
+                pass
+        return eng, first
+    eng, first = asyncio.run(run())
+    assert (first["num_requests_running"], first["num_requests_waiting"]) == (2, 2)
+    assert eng.max_active == 2 and eng.num_steps == 20
+    assert eng.generation_tokens_total == 40 and eng.prompt_tokens_total == 12
+
+
 def test_continuous_batching_follows_the_profile():
     app = create_fake_backend(profile=PROFILE, max_running=2)
     with ServerThread(app) as srv:
@@ -58,13 +77,14 @@ def test_continuous_batching_follows_the_profile():
                 res = await asyncio.gather(*tasks)
                 return mid, res, time.perf_counter() - t0, (await c.get(srv.url + "/v1/models")).json()
         mid, res, wall, models = asyncio.run(run())
-    assert gauge(mid, "num_requests_running") == 2 and gauge(mid, "num_requests_waiting") == 2
+    # the four arrive over HTTP at times the machine's load decides: never more than two run
+    assert gauge(mid, "num_requests_running") <= 2
     for texts, usage in res:
         assert len(texts) == 10 and usage == {"prompt_tokens": 3, "completion_tokens": 10, "total_tokens": 13}
     eng = app.state.engine
-    # at most two per step, 10 steps each (the first prefills and gives the first token):
-    # 20 steps, a few more when a request arrives a step after the others (it joins the batch late)
-    assert eng.max_active == 2 and 20 <= eng.num_steps <= 24, eng.num_steps
+    # at most two per step, 10 steps each: at least 20 steps (how many more depends on how
+    # far apart the four arrived; the engine test above pins the count)
+    assert eng.max_active == 2 and eng.num_steps >= 20, eng.num_steps
     assert wall >= 20 * STEP_S
     assert eng.generation_tokens_total == 40 and eng.prompt_tokens_total == 12
     assert models["data"][0]["id"] == "fake-model"

@@ -126,7 +126,8 @@ def test_gateway_queue_full_deadline_and_disconnects(h):
         gw, st = _gateway(h, [be.url], window=WindowConfig(initial=1, min=1, max=1))
         with st:
             url = st.url + "/v1/completions"
-            busy = _Call(url, h.auth("q"), {"prompt": "p", "max_tokens": 60}, stream=True)   # ~1.2 s
+            # ~3 s: q's slot stays busy through the checks below however loaded the machine is
+            busy = _Call(url, h.auth("q"), {"prompt": "p", "max_tokens": 150}, stream=True)
             busy.start()
             assert busy.first.wait(10)
             # q's only slot is busy: a tiny deadline cannot be met -> 504, fast
