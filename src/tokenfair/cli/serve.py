@@ -17,7 +17,8 @@ import typer
 
 from .common import USER_ERRORS, error_message, fail, resolve_contract, resolve_workload
 from .options import nested, option, options_command
-from ..serve.defaults import CLOSE_S, DEFAULT_GRACE_S, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_PREFILL_TOKENS
+from ..sched.backend_window import DEFAULT_MAX_PREFILL_TOKENS
+from ..serve.defaults import CLOSE_S, DEFAULT_GRACE_S, DEFAULT_MAX_BODY_BYTES
 
 
 def _keyring(contract, allow_anonymous: Optional[str]):

@@ -3,7 +3,3 @@
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024   # 4 MiB: ~1M tokens of text, far past any context here
 DEFAULT_GRACE_S = 20.0                      # + CLOSE_S = 25 s < Kubernetes' default 30 s before SIGKILL
 CLOSE_S = 5.0                               # uvicorn's time to close connections after the grace period
-# a gateway's prefill backlog per vLLM backend, in prompt tokens (saturation.py): a quarter of
-# vLLM's default step budget on the CPU (max_num_batched_tokens 2048), so a prompt released
-# behind a full backlog is prefilled in the next step, and that step stays short
-DEFAULT_MAX_PREFILL_TOKENS = 512
