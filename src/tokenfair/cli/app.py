@@ -52,7 +52,7 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
                                                              "prefix-aware, locality"),
              fleet_policy: str = typer.Option("none", help="fair: the gateway's layers 1-3 in front of the fleet"),
              prefix_cache: bool = typer.Option(False, help="fleet: cache prompt prefix blocks (hash_ids) per replica"),
-             gateway_window: Optional[int] = typer.Option(None, min=1, help="fleet gateway: requests in flight per replica"),
+             gateway_window: Optional[int] = typer.Option(None, min=1, help="fleet gateway: a fixed window of requests in flight per replica (default: the gateway's saturation-driven window)"),
              cached_discount: float = typer.Option(0.1, help="fleet gateway: charge for a cached prompt token (0-1)"),
              load_bound: float = typer.Option(1.5, help="prefix-aware router: load bound (x the least load + 1)")) -> None:
     """Simulate one policy on a workload; write requests.jsonl, summary.json, timeline.json."""
@@ -63,8 +63,8 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
         wl, c, prof = resolve_inputs(workload, seed, shaping, contract, profile)
         from ..sched.registry import make_policy
         make_policy(policy)
-        fleet = None if replicas is None else fleet_config(wl, c, prof, replicas, router, fleet_policy,
-                                                           prefix_cache, gateway_window, cached_discount, load_bound)
+        fleet = None if replicas is None else fleet_config(replicas, router, fleet_policy, prefix_cache,
+                                                           gateway_window, cached_discount, load_bound)
     except USER_ERRORS as err:
         fail(error_message(err))
     report_skipped(wl)

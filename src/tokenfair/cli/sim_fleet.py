@@ -9,27 +9,12 @@ import typer
 from pydantic import ValidationError
 
 if TYPE_CHECKING:
-    from ..contracts.contract import Contract
-    from ..core.costmodel import Profile
     from ..sim.fleet import FleetConfig
-    from ..workloads.workload import Workload
 
 
-def default_gateway_window(wl: "Workload", contract: "Contract", profile: "Profile") -> int:
-    """Requests in flight per replica through the simulated gateway: about what one replica's
-    KV holds at the trace's mean request size (prompt + output), where the real gateway's
-    AIMD window settles once the backend stops queueing; within 1..engine.max_running."""
-    rows = wl.rows
-    mean_tokens = sum(r.prompt_tokens + r.output_tokens for r in rows) / max(1, len(rows))
-    return max(1, min(contract.engine.max_running, int(profile.kv_capacity_tokens // max(1.0, mean_tokens))))
-
-
-def fleet_config(wl: "Workload", contract: "Contract", profile: "Profile", replicas: int, router: str,
-                 fleet_policy: str, prefix_cache: bool, gateway_window: int | None,
+def fleet_config(replicas: int, router: str, fleet_policy: str, prefix_cache: bool, gateway_window: int | None,
                  cached_discount: float, load_bound: float = 1.5) -> "FleetConfig":
     from ..sim.fleet import FleetConfig
-    if fleet_policy == "fair" and gateway_window is None:
-        gateway_window = default_gateway_window(wl, contract, profile)
     try:
         return FleetConfig(num_replicas=replicas, router=router, fleet_policy=fleet_policy,
                            prefix_cache=prefix_cache, gateway_window=gateway_window,

@@ -49,7 +49,8 @@ class FleetConfig(BaseModel):
     router: str = "round-robin"
     fleet_policy: str = "none"              # "fair": the gateway's layers 1-3 in front
     gateway_policy: str = "fair"            # the gateway's policy when fleet_policy == "fair"
-    gateway_window: int | None = Field(default=None, ge=1)   # per replica; None: engine.max_running
+    # per replica: a fixed window; None: the gateway's default (saturation-driven, sim/fleet_gate.py)
+    gateway_window: int | None = Field(default=None, ge=1)
     prefix_cache: bool = False
     cache_tokens: int | None = Field(default=None, ge=0)     # per replica; None: its KV capacity
     cache_block_tokens: int = Field(default=MOONCAKE_BLOCK_TOKENS, ge=1)
@@ -152,8 +153,8 @@ def simulate_fleet_once(workload: Workload, policy: str, contract: Contract, pro
     report = _progress(progress, n)
     gate = None
     if config.fleet_policy == "fair":
-        window = config.gateway_window or contract.engine.max_running
-        gate = FleetGate(config.gateway_policy, contract, profile, len(replicas), window, config.cached_discount)
+        gate = FleetGate(config.gateway_policy, contract, profile, len(replicas), config.gateway_window,
+                         config.cached_discount)
         _run_gated(rows, contract, replicas, router, gate, final, replica_of, report)
     else:
         _run_routed(rows, contract, replicas, router, final, replica_of, report)

@@ -4,10 +4,16 @@ through the gateway's own dispatch code (``sched/gateway_round.py``).
   arrival   ``sched/arrival.arrive``: ``on_arrival`` (429-style rejection) then ``enqueue``
             into the gateway's policy;
   dispatch  a round (``begin_round`` + ``release_round``) at every arrival, every time a
-            replica ends a request the gateway released, and at the policy's wake-up: while
-            a replica has room in its window (``window`` requests released and not ended),
-            the policy picks the next request and the router picks the replica among those
-            with room; the replica gets a fresh request for the same trace row;
+            replica starts or ends a request the gateway released, and at the policy's
+            wake-up: while a replica has room in its window, the policy picks the next
+            request and the router picks the replica among those with room; the replica gets
+            a fresh request for the same trace row;
+  window    per replica, the gateway's default (``sched/backend_window.py``, the code
+            ``tokenfair gateway`` runs): saturation-driven, from a reading of the replica's
+            queue, running count and KV use at the first round ``poll_s`` after the last
+            (the real gateway polls vLLM's /metrics that often), and the prefill backlog
+            bound (prompt tokens released without a first token); or, with a fixed
+            ``window``, that many requests released and not ended;
   progress  the replica's first token is reported after the replica's turn that made it
             (``on_served`` with the prompt charge and one token, as the proxy does); the
             other output tokens are reported together when the request ends (the proxy
@@ -22,8 +28,7 @@ NVIDIA Dynamo's router charges uncached input only (a discount of 0).  Per-repli
 see the scheduler's token counts and charge cached tokens in full.
 The gateway's contract is the replicas' scaled to the fleet (as an operator configures the
 gateway): ``engine.max_running`` = window x replicas, ``max_long_prefills_per_tenant`` x
-replicas.  Not modelled: the gateway's adaptive (AIMD) window (a fixed window here), its token-bucket
-door check, retries, backend failures.
+replicas.  Not modelled: the gateway's token-bucket door check, retries, backend failures.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from ..core.kv import BlockPool
 from ..core.reasons import Reason
 from ..core.request import Request, Status
 from ..sched import arrival
+from ..sched.backend_window import Saturation, SaturationConfig, SaturationWindow, WindowConfig
 from ..sched.gateway_round import begin_round, release_round
 from ..sched.policy import end_each_waiting
 from ..sched.predictor import OnlinePredictor
@@ -51,9 +57,14 @@ IDLE_POLL_S = 0.05              # the gateway's poll while requests wait (gatewa
 
 class FleetGate:
     def __init__(self, policy: str, contract: Contract, profile: Profile, num_replicas: int,
-                 window: int, cached_discount: float) -> None:
+                 window: int | None, cached_discount: float) -> None:
+        """``window``: a fixed window per replica, or None for the gateway's default
+        (saturation-driven, at most ``engine.max_running``)."""
         self.window = window
-        self.max_running = window * num_replicas
+        max_window = contract.engine.max_running if window is None else window
+        self.max_running = max_window * num_replicas
+        self.windows = None if window is not None else [
+            SaturationWindow(WindowConfig(max=float(max_window)), SaturationConfig()) for _ in range(num_replicas)]
         self.cached_discount = cached_discount
         # the replicas' contract scaled to the fleet, as an operator sets the gateway's
         engine = contract.engine.model_copy(update={
@@ -92,10 +103,14 @@ class FleetGate:
         expired, self.last_round_s = begin_round(self.policy, now, self.last_round_s, self.tpot_ewma_s)
         for req, reason in expired:
             self._end(req, Status.EXPIRED, reason, now)
-        window = self.window
+        if self.windows is not None:
+            self._read_replicas(replicas, now)
+        limits = [self.window] * len(replicas) if self.windows is None else [w.limit for w in self.windows]
 
         def choose(req: Request | None, tokens: int) -> Replica | None:
-            room = [r for r in replicas if len(self.pending[r.index]) < window]
+            room = [r for r in replicas if len(self.pending[r.index]) < limits[r.index]]
+            if req is not None and self.windows is not None:
+                room = [r for r in room if self._admits_prompt(r.index, req.prompt_tokens, now)]
             if not room:
                 return None
             if req is None:
@@ -111,6 +126,24 @@ class FleetGate:
         self.num_running = release_round(self.policy, now, self.num_running, self.max_running, choose, hand_over)
         wake = self.policy.next_wakeup(now) if self.policy.num_waiting() else math.inf
         self.wake_s = max(wake, now + IDLE_POLL_S) if wake < math.inf else wake
+
+    # -- the windows ------------------------------------------------------------------------------
+    def _read_replicas(self, replicas: Sequence[Replica], now: float) -> None:
+        """What the gateway's poller does, for each replica whose last reading is ``poll_s``
+        old: read its queue, running count and KV use, and apply it to its window."""
+        assert self.windows is not None
+        for r in replicas:
+            w = self.windows[r.index]
+            if now >= w.next_poll_s:
+                w.next_poll_s = now + w.sat.poll_s
+                reading = Saturation(float(r.sched.policy.num_waiting()), float(len(r.sched.running)),
+                                     r.kv_usage(), now)
+                w.on_reading(reading, len(self.pending[r.index]))
+
+    def _admits_prompt(self, index: int, prompt_tokens: int, now: float) -> bool:
+        assert self.windows is not None
+        backlog = sum(gw.prompt_tokens for gw, _, _ in self.unstarted[index])
+        return self.windows[index].admits_prompt(backlog, prompt_tokens, now)
 
     # -- outcomes ---------------------------------------------------------------------------------
     def collect(self, replica: Replica, now: float) -> int:
