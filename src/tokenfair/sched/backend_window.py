@@ -140,16 +140,7 @@ class SaturationConfig:
 
 @dataclass(frozen=True, slots=True)
 class Saturation:
-    """One reading of a backend's /metrics."""
-    num_waiting: float               # requests in the backend's own queue (>= 0)
-    num_running: float               # requests the backend runs (>= 0)
-    kv_usage: float                  # fraction of its KV cache in use, 0..1
-    at_s: float                      # when read (the gateway's clock)
-
-
-@dataclass(frozen=True, slots=True)
-class Saturation:
-    """One reading of a backend's /metrics."""
+    """One reading of a backend's saturation signals (vLLM's /metrics; a simulated replica's state)."""
     num_waiting: float               # requests in the backend's own queue (>= 0)
     num_running: float               # requests the backend runs (>= 0)
     kv_usage: float                  # fraction of its KV cache in use, 0..1
