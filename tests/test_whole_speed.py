@@ -42,3 +42,33 @@ def test_transforms_with_the_collector_paused_give_the_same_rows():
     assert [(r.prompt_tokens, r.klass, r.prefix_hashes) for r in out.rows] == \
         [(rows[i % 30].prompt_tokens, rows[i % 30].klass, rows[i % 30].prefix_hashes) for i in range(120)]
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("policy", ["fifo", "vtc", "fair"])
+def test_isolated_tenant_metrics_from_columns_equal_those_from_dicts(policy):
+    """``isolated_baselines`` takes a tenant-alone run's records as columns
+    (``RecordTable.from_requests``): the metrics equal those of ``request_record``'s dicts."""
+    from tokenfair.contracts.contract import Contract
+    from tokenfair.core.costmodel import load_profile
+    from tokenfair.evaluation.metrics import group_metrics, request_record
+    from tokenfair.evaluation.record_table import RecordTable
+    from tokenfair.sim.simulate import isolated_baselines, simulate_once
+    from tokenfair.workloads.scenarios import build_scenario
+    wl, contract = build_scenario("whale", 0)
+    profile = load_profile(None)
+    res = simulate_once(wl, policy, contract, profile)
+    _, iso_ten = isolated_baselines(wl, policy, contract, profile, res.scheduler.policy)
+    assert len(iso_ten) >= 2
+    for t, got in iso_ten.items():
+        alone = simulate_once(wl.only_tenant(t), policy, contract, profile, timeline=False)
+        assert RecordTable.from_requests(alone.requests).rows() == [request_record(r) for r in alone.requests]
+        assert got == group_metrics([request_record(r) for r in alone.requests], None)
+
+
+def test_count_names_one_name_and_many():
+    from tokenfair.core.request import count_names
+    a, b = "a", "".join(["a"])              # equal, maybe not the same object
+    assert count_names([]) == {}
+    assert count_names([a, a, a]) == {"a": 3}
+    assert count_names([a, "b", b]) == {"a": 2, "b": 1}
+    assert list(count_names(["b", a, "b", a])) == ["b", "a"]        # first-seen order
