@@ -27,7 +27,7 @@ COMPILED_MODULES = (
     "tokenfair.sched.fair.forecast", "tokenfair.sched.fair.guarantee", "tokenfair.sched.fair.picking",
     "tokenfair.sched.fair.costs", "tokenfair.sched.fair.steptime", "tokenfair.sched.fair.roster",
     "tokenfair.sched.fair.headroom", "tokenfair.sched.fair.queue", "tokenfair.sched.fair.shaping",
-    "tokenfair.sim.engine", "tokenfair.sim.fastforward", "tokenfair.sim.simulate", "tokenfair.sim.replica",
+    "tokenfair.sim.engine", "tokenfair.sim.fastforward", "tokenfair.sim.simulate",
 )
 
 # what a build leaves beside this file: which modules it compiled, from which sources (sha256)
