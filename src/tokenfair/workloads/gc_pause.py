@@ -5,7 +5,7 @@ new :class:`~tokenfair.workloads.workload.TraceRow` per row and transform) alloc
 that all survive, so the collector's young-generation passes trace every one of them again
 and again for nothing: about half the time of such a transform.  The rows hold no reference
 cycles; with the collector paused they are traced once, at its next pass.  Nothing else
-changes (``tests/test_isolated.py`` checks the collector comes back as it was).
+changes (``tests/test_whole_speed.py``: the same rows, the collector back as it was).
 """
 
 from __future__ import annotations
