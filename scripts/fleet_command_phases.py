@@ -2,7 +2,7 @@
 runs it: the loop alone first (then let go), then reading, the loop, records + the fleet
 timeline, isolated baselines, metrics, files.
 
-    python scripts/fleet_command_phases.py [--replicas 64] [--tenants 1000] [--min-requests 250000]
+    python scripts/fleet_command_phases.py [--replicas 64] [--tenants 1000] [--min-requests 250000] [--no-loop-alone]
 
 ``time.process_time`` around each phase (CPU time: on a shared machine wall time measures
 the neighbours); RSS from /proc/self/status after each phase, and the peak so far.
@@ -37,6 +37,7 @@ def main() -> None:
     ap.add_argument("--tenants", type=int, default=1000)
     ap.add_argument("--min-requests", type=int, default=250_000)
     ap.add_argument("--policy", default="vtc")
+    ap.add_argument("--no-loop-alone", action="store_true", help="skip the loop run alone first")
     args = ap.parse_args()
     spec = {"workload": "azure:conv", "seed": 0, "tenants": args.tenants, "min_requests": args.min_requests}
     config, profile = FleetConfig(num_replicas=args.replicas), load_profile(None)
@@ -53,10 +54,11 @@ def main() -> None:
         contract, wl = bench_workload(spec)
         return contract, scale_rate(wl, float(args.replicas))
 
-    contract, wl = load()
-    first = simulate_fleet_once(wl, args.policy, contract, profile, config)
-    del first, wl
-    lap("(the loop alone, let go)")
+    if not args.no_loop_alone:
+        contract, wl = load()
+        first = simulate_fleet_once(wl, args.policy, contract, profile, config)
+        del first, wl
+        lap("(the loop alone, let go)")
     contract, wl = load()
     lap("reading")
     run = simulate_fleet_once(wl, args.policy, contract, profile, config)

@@ -11,7 +11,7 @@ from tokenfair.contracts.contract import Contract
 from tokenfair.core.costmodel import BUILTIN_PROFILES, load_profile
 from tokenfair.sim import isolated
 from tokenfair.sim.isolated import isolated_e2e, isolated_latency
-from tokenfair.workloads.workload import TraceRow, with_tenant
+from tokenfair.workloads.workload import TraceRow, moved, with_tenant
 
 
 def random_rows(seed: int, n: int) -> list[TraceRow]:
@@ -36,11 +36,34 @@ def test_bulk_equals_one_at_a_time(name, monkeypatch):
             assert bulk[r.request_id] == isolated_latency(r, Contract(), profile, chunk)[1], (name, chunk, r)
 
 
+def test_each_distinct_length_pair_is_computed_once(monkeypatch):
+    """A tiled trace repeats its (prompt, output) pairs: each is computed once and every
+    copy gets the value one request at a time gives."""
+    profile = load_profile(None)
+    base = random_rows(7, 60)
+    rows = base + [moved(r, 1.0, f"{r.request_id}#1") for r in base]
+    computed = []
+    real = isolated._decode_step_times
+
+    def counting(prof, ctx):
+        computed.append(ctx.shape[0] if ctx.ndim == 2 else 1)
+        return real(prof, ctx)
+    monkeypatch.setattr(isolated, "_decode_step_times", counting)
+    bulk = isolated_e2e(rows, Contract(), profile, 512)
+    pairs = {(r.prompt_tokens, r.output_tokens) for r in base if r.output_tokens > 1}
+    assert sum(computed) == len(pairs) < len(rows)
+    monkeypatch.setattr(isolated, "_decode_step_times", real)
+    for r in rows:
+        assert bulk[r.request_id] == isolated_latency(r, Contract(), profile, 512)[1]
+
+
 def test_with_tenant_is_replace():
     row = TraceRow("a", 1.5, "t", 10, 20, klass="k", deadline_s=3.0, priority=2.0, max_tokens=30,
                    prefix_hashes=(1, 2))
     assert all(getattr(row, f.name) != f.default for f in dataclasses.fields(TraceRow))   # every field set
     assert with_tenant(row, "u") == dataclasses.replace(row, tenant="u")
+    assert moved(row, 7.25) == dataclasses.replace(row, arrival_s=7.25)
+    assert moved(row, 7.25, "a#3") == dataclasses.replace(row, arrival_s=7.25, request_id="a#3")
 
 
 @pytest.mark.parametrize("policy", ["fifo", "vtc", "fair"])

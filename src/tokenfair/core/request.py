@@ -143,7 +143,9 @@ def count_by_tenant_and_class(reqs: list[Request]) -> tuple[dict[str, int], dict
 def count_names(names: list[str]) -> dict[str, int]:
     """How often each name occurs, in first-seen order: O(n) in C."""
     counts: dict[str, int] = {}
-    if names and names.count(names[0]) == len(names):      # one name (one class: the common case)
+    # one name (one class, one tenant alone: the common cases); the last name differing
+    # rules it out without a pass (performance: most multi-tenant steps)
+    if names and names[-1] is names[0] and names.count(names[0]) == len(names):
         counts[names[0]] = len(names)
     else:
         _count_elements(counts, names)

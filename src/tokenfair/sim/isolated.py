@@ -4,11 +4,11 @@ A request alone on an empty engine is computed in closed form from the cost mode
 in chunks of ``min(chunk_size, prefill_token_budget)``, then one decode step per output
 token), vectorised with numpy.  :func:`isolated_latency` does one request;
 :func:`isolated_e2e` does a whole trace the same way in bulk: the prefill time once per
-distinct prompt length, the decode steps of all requests with the same output length as one
-2-D array summed along its rows (``np.sum(axis=1)`` over a C-contiguous array adds each row
-as ``np.sum`` adds the same 1-D array: pairwise, in the same order), so every value equals
-:func:`isolated_latency`'s bit for bit (``tests/test_isolated.py``).  O(total output tokens)
-array work, O(distinct lengths) Python work.
+distinct prompt length, the decode steps of all distinct prompt lengths with the same
+output length as one 2-D array summed along its rows (``np.sum(axis=1)`` over a C-contiguous
+array adds each row as ``np.sum`` adds the same 1-D array: pairwise, in the same order), so
+every value equals :func:`isolated_latency`'s bit for bit (``tests/test_isolated.py``).
+O(output tokens of the distinct length pairs) array work, O(rows) Python work.
 A tenant alone is a full simulation of its own rows under the same policy and contract.
 """
 
@@ -61,20 +61,21 @@ def isolated_latency(row: TraceRow, contract: Contract, profile: Profile, chunk:
 
 
 def isolated_e2e(rows, contract: Contract, profile: Profile, chunk: int) -> dict[str, float]:
-    """request id -> :func:`isolated_latency`'s end-to-end seconds, for every row."""
+    """request id -> :func:`isolated_latency`'s end-to-end seconds, for every row.  Each
+    distinct (prompt length, output length) pair is computed once (performance: a trace
+    tiled in time repeats every pair once per copy)."""
     ttft = {p: _prefill_s(p, profile, chunk) for p in {r.prompt_tokens for r in rows}}
-    by_steps: dict[int, list[int]] = defaultdict(list)     # decode steps -> row indices
-    for i, r in enumerate(rows):
-        by_steps[r.output_tokens - 1].append(i)
-    decode = [0.0] * len(rows)
-    for steps, idx in by_steps.items():
+    by_steps: dict[int, dict[int, float]] = defaultdict(dict)    # decode steps -> prompt -> decode s
+    for r in rows:
+        by_steps[r.output_tokens - 1][r.prompt_tokens] = 0.0
+    for steps, of_prompt in by_steps.items():
         if steps <= 0:
             continue
         offsets = np.arange(steps, dtype=float)
-        for b in range(0, len(idx), MAX_BLOCK_ROWS):
-            block = idx[b:b + MAX_BLOCK_ROWS]
-            starts = np.array([rows[i].prompt_tokens for i in block], dtype=float)
+        prompts = list(of_prompt)
+        for b in range(0, len(prompts), MAX_BLOCK_ROWS):
+            block = prompts[b:b + MAX_BLOCK_ROWS]
+            starts = np.array(block, dtype=float)
             sums = np.sum(_decode_step_times(profile, starts[:, None] + offsets[None, :]), axis=1)
-            for i, s in zip(block, sums.tolist()):
-                decode[i] = s
-    return {r.request_id: ttft[r.prompt_tokens] + decode[i] for i, r in enumerate(rows)}
+            of_prompt.update(zip(block, sums.tolist()))
+    return {r.request_id: ttft[r.prompt_tokens] + by_steps[r.output_tokens - 1][r.prompt_tokens] for r in rows}

@@ -11,13 +11,14 @@ import calendar
 import csv
 import functools
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple, TypeVar
 
+from tokenfair.workloads.gc_pause import with_gc_paused
 from tokenfair.workloads.transforms import spread_tenants
-from tokenfair.workloads.workload import (REQUIRED, TraceRow, Workload, WorkloadError, parse_number, json_object, read_trace,
-                                row_from_mapping)
+from tokenfair.workloads.workload import (REQUIRED, TraceRow, Workload, WorkloadError, moved, parse_number, json_object,
+                                read_trace, row_from_mapping)
 
 
 T = TypeVar("T")
@@ -89,7 +90,7 @@ def finish_workload(name: str, rows: list[TraceRow], skipped: list[SkippedRow] |
     rows = sorted(rows, key=lambda r: r.arrival_s)
     t0 = rows[0].arrival_s
     if t0 and rebase:
-        rows = [replace(r, arrival_s=r.arrival_s - t0) for r in rows]
+        rows = [moved(r, r.arrival_s - t0) for r in rows]
     return TraceWorkload(name, tuple(rows), tuple(skipped or ()))
 
 
@@ -195,6 +196,7 @@ def read_azure(code_path: str | Path | None = None, conv_path: str | Path | None
     return spread_tenants(wl, num_tenants, seed=seed, zipf_s=zipf_s) if num_tenants else wl
 
 
+@with_gc_paused
 def read_azure_sources(sources: list[tuple[Path, str]], skip_bad_rows: bool) -> TraceWorkload:
     skipped: list[SkippedRow] | None = [] if skip_bad_rows else None
     stamped: list[tuple[int, str, str, int, int]] = []     # ns, request id, tenant, prompt, output

@@ -8,27 +8,31 @@ import random
 from dataclasses import replace
 from typing import Callable, Iterable
 
-from tokenfair.workloads.workload import TraceRow, Workload, WorkloadError, with_tenant
+from tokenfair.workloads.gc_pause import with_gc_paused
+from tokenfair.workloads.workload import TraceRow, Workload, WorkloadError, moved, with_tenant
 
 
 def _rebuilt(wl: Workload, rows: Iterable[TraceRow], name: str | None = None) -> Workload:
     return replace(wl, name=name or wl.name, rows=tuple(rows))
 
 
+@with_gc_paused
 def slice_time(wl: Workload, start_s: float, end_s: float | None = None) -> Workload:
     """Rows with ``start_s <= arrival_s < end_s``, re-based so the first kept row arrives at 0."""
     kept = [r for r in wl.rows if r.arrival_s >= start_s and (end_s is None or r.arrival_s < end_s)]
     t0 = kept[0].arrival_s if kept else 0.0
-    return _rebuilt(wl, (replace(r, arrival_s=r.arrival_s - t0) for r in kept))
+    return _rebuilt(wl, (moved(r, r.arrival_s - t0) for r in kept))
 
 
+@with_gc_paused
 def scale_rate(wl: Workload, factor: float) -> Workload:
     """Multiply the request rate by ``factor`` (arrival times divided by it)."""
     if not factor > 0 or factor == float("inf"):
         raise WorkloadError(f"scale_rate: factor must be a positive finite number, got {factor!r}")
-    return _rebuilt(wl, (replace(r, arrival_s=r.arrival_s / factor) for r in wl.rows))
+    return _rebuilt(wl, (moved(r, r.arrival_s / factor) for r in wl.rows))
 
 
+@with_gc_paused
 def remap_tenants(wl: Workload, mapping: dict[str, str] | Callable[[str], str]) -> Workload:
     """Rename tenants: a dict (tenants not in it keep their name) or a callable."""
     fn = (lambda t: mapping.get(t, t)) if isinstance(mapping, dict) else mapping
@@ -48,6 +52,7 @@ def limit(wl: Workload, n: int) -> Workload:
     return _rebuilt(wl, wl.rows[:n])
 
 
+@with_gc_paused
 def tile(wl: Workload, min_requests: int) -> Workload:
     """The trace repeated back to back in time until it has at least ``min_requests`` rows:
     copy i arrives ``i x period`` later (period = the trace's span plus its mean gap, so
@@ -60,11 +65,12 @@ def tile(wl: Workload, min_requests: int) -> Workload:
         return wl
     span = rows[-1].arrival_s - rows[0].arrival_s
     period = span + span / len(rows) if span > 0 else 1.0
-    tiled = [replace(r, request_id=f"{r.request_id}#{i}", arrival_s=r.arrival_s + i * period) if i else r
+    tiled = [moved(r, r.arrival_s + i * period, f"{r.request_id}#{i}") if i else r
              for i in range(copies) for r in rows]
     return _rebuilt(wl, tiled, f"{wl.name}x{copies}")
 
 
+@with_gc_paused
 def spread_tenants(wl: Workload, num_tenants: int, *, seed: int = 0, zipf_s: float = 1.0) -> Workload:
     """Assign each request to one of tenants ``t00..t{N-1}`` (Zipf-like popularity)."""
     if not isinstance(num_tenants, int) or num_tenants < 1:
