@@ -121,9 +121,15 @@ def test_gateway_queue_full_deadline_and_disconnects(h):
     from tokenfair.serve.fake_backend import create_fake_backend
     from tokenfair.serve.shutdown import ServerThread
 
+    from tokenfair.serve.gateway_health import HealthConfig
+
     fake = create_fake_backend(concurrency=1, token_delay_s=0.02)
     with ServerThread(fake) as be:
-        gw, st = _gateway(h, [be.url], window=WindowConfig(initial=1, min=1, max=1))
+        # probes that a loaded machine cannot fail: a backend marked down would drain the
+        # running request this test cancels itself (tests/serve/test_gateway_health.py
+        # tests the probes)
+        lenient = HealthConfig(probe_timeout_s=30.0, probe_failures_down=10)
+        gw, st = _gateway(h, [be.url], window=WindowConfig(initial=1, min=1, max=1), health=lenient)
         with st:
             url = st.url + "/v1/completions"
             # ~3 s: q's slot stays busy through the checks below however loaded the machine is
