@@ -1,5 +1,8 @@
 """Layer 4 of the fair policy: who is light, light prefills first, heavy decodes give way."""
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 import tokenfair.sched.fair.batching as batching
 from tokenfair.contracts.contract import parse_contract
 from tokenfair.core.costmodel import Profile
@@ -143,3 +146,60 @@ def test_without_holding_the_light_prefill_would_break_the_tpot_target():
     eng = _light_behind_heavy_decodes(_FairWithoutHold())
     assert eng.steps_with_hold == 0
     assert max(eng.light_step_s) > TARGET_S
+
+
+SLOTS = parse_contract({
+    "classes": {"interactive": {"priority": 0}},
+    "engine": {"prefill_token_budget": 512, "decode_token_budget": 512, "chunk_size": 256, "max_running": 12},
+    "admission": {"shed_over_max_wait": False}})
+
+
+def _slots_policy(running, recent, owner_peak):
+    """A fair policy with tenants ``heavy``, ``small`` and ``owner`` active (weight 1 each:
+    4 of the 12 slots is a share), ``running[name]`` requests running and ``recent[name]``
+    recent service each; ``owner`` ran ``owner_peak`` at once recently and runs nothing
+    now, so the others leave ``1.25 x owner_peak`` slots free for it."""
+    p = IterationScheduler(make_policy("fair"), SLOTS, PROFILE).policy
+    for name in ("heavy", "small", "owner"):
+        t = _served(p, name, recent.get(name, 0.0))
+        t.running = {Request(f"{name}-{i}", i, name, "interactive", 0.0, 100, 10)
+                     for i in range(running.get(name, 0))}
+    p.roster.active_weight = 3.0
+    owner = p.tenants["owner"]
+    owner.kv_peak, owner.slots_peak = 10.0, float(owner_peak)
+    return p
+
+
+def _ask(name):
+    req = Request(f"{name}-new", 99, name, "interactive", 0.0, 100, 10)
+    req.predicted_output = 10
+    return req
+
+
+def test_a_light_tenant_is_not_held_by_slot_reservations():
+    # 8 of 12 slots run (heavy 4, small 4: each at its share); owner's reservation is 5 slots,
+    # so a 9th start would eat into it.  heavy (the most served) is held; small (light) is not
+    p = _slots_policy({"heavy": 4, "small": 4}, {"heavy": 100_000.0, "small": 1_000.0}, owner_peak=4)
+    heavy, small = p.tenants["heavy"], p.tenants["small"]
+    assert p.headroom.reserved(heavy, 8)[1] == 5 and not p.headroom.within_share(small, 0, 1)
+    assert p.meter.is_light(small, 0.0) and not p.meter.is_light(heavy, 0.0)
+    assert p.can_admit(_ask("small"), 0.0, 8)
+    assert not p.can_admit(_ask("heavy"), 0.0, 8)
+    assert p.can_admit(_ask("heavy"), 0.0, 6)          # 7 <= 12 - 5: the reservation was what held it
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 6), st.integers(0, 6), st.integers(0, 12), st.integers(0, 8),
+       st.floats(0.0, 200_000.0), st.floats(0.0, 200_000.0))
+def test_slot_reservations_hold_every_tenant_that_is_neither_light_nor_within_its_share(
+        n_heavy, n_small, extra_running, owner_peak, heavy_recent, small_recent):
+    p = _slots_policy({"heavy": n_heavy, "small": n_small}, {"heavy": heavy_recent, "small": small_recent},
+                      owner_peak)
+    num_running = min(SLOTS.engine.max_running - 1, n_heavy + n_small + extra_running)
+    for name in ("heavy", "small"):
+        t = p.tenants[name]
+        admitted = p.can_admit(_ask(name), 0.0, num_running)
+        into_reserved = num_running + 1 > SLOTS.engine.max_running - p.headroom.reserved(t, num_running)[1]
+        exempt = p.headroom.within_share(t, 0, 1) or p.meter.is_light(t, 0.0)
+        # nothing else limits these tenants: admitted exactly when no reservation binds
+        assert admitted == (not into_reserved or exempt), (name, num_running, into_reserved, exempt)
