@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from ..serve.prometheus_text import sum_series
+
 # metric name in vLLM's exposition -> EngineCounters field
 COUNTERS = {
     "vllm:iteration_tokens_total_count": "num_steps",        # one observation per engine step with output
@@ -39,19 +41,12 @@ class EngineCounters:
 def parse_counters(text: str) -> EngineCounters:
     """Sum each counter over its label sets (one engine: one set).  A counter vLLM did not
     export raises ValueError naming it."""
-    sums: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        field = COUNTERS.get(name)
-        if field is not None:
-            sums[field] = sums.get(field, 0.0) + float(line.rsplit(" ", 1)[1])
-    missing = [name for name, field in COUNTERS.items() if field not in sums]
+    sums = sum_series(text, frozenset(COUNTERS))
+    missing = [name for name in COUNTERS if name not in sums]
     if missing:
         raise ValueError(f"vLLM /metrics has no {', '.join(missing)}: is the server started "
                          "without --disable-log-stats?")
-    return EngineCounters(**sums)
+    return EngineCounters(**{field: sums[name][0] for name, field in COUNTERS.items()})
 
 
 def read_counters(url: str) -> EngineCounters:

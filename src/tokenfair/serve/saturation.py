@@ -10,10 +10,10 @@ importable from here.  A 429/503 or a connection error shrinks the window either
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable
 
 from ..sched.backend_window import (Saturation, SaturationConfig, SaturationWindow, make_window)
+from .prometheus_text import sum_series
 
 __all__ = ["Saturation", "SaturationConfig", "SaturationWindow", "make_window", "parse_vllm_metrics",
            "prefill_backlog", "late_first_tokens", "metrics_url", "read_saturation", "poll_saturation"]
@@ -21,6 +21,7 @@ __all__ = ["Saturation", "SaturationConfig", "SaturationWindow", "make_window", 
 WAITING_METRIC = "vllm:num_requests_waiting"
 RUNNING_METRIC = "vllm:num_requests_running"
 KV_USAGE_METRIC = "vllm:kv_cache_usage_perc"
+METRIC_NAMES = frozenset({WAITING_METRIC, RUNNING_METRIC, KV_USAGE_METRIC})
 RETRY_UNSUPPORTED_S = 30.0          # a backend without the metrics is asked again this often
 METRICS_TIMEOUT_S = 1.0
 UNKNOWN_TTFT_S = 1.0                # a first token later than this is late, before any was seen
@@ -29,28 +30,12 @@ UNKNOWN_TTFT_S = 1.0                # a first token later than this is late, bef
 def parse_vllm_metrics(text: str, now: float) -> Saturation | None:
     """The saturation signals in a Prometheus text page (summed over label sets, e.g. one per
     engine); None when the page has no ``vllm:num_requests_waiting``."""
-    sums = {WAITING_METRIC: 0.0, RUNNING_METRIC: 0.0, KV_USAGE_METRIC: 0.0}
-    seen: set[str] = set()
-    kv_series = 0
-    for line in text.splitlines():
-        if not line.startswith("vllm:"):
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name not in sums:
-            continue
-        try:
-            value = float(line.rsplit(" ", 1)[1])
-        except (IndexError, ValueError):
-            continue
-        if math.isnan(value):
-            continue
-        sums[name] += value
-        seen.add(name)
-        kv_series += name == KV_USAGE_METRIC
-    if WAITING_METRIC not in seen:
+    sums = sum_series(text, METRIC_NAMES)
+    if WAITING_METRIC not in sums:
         return None
-    kv = sums[KV_USAGE_METRIC] / kv_series if kv_series else 0.0     # the mean over engines
-    return Saturation(sums[WAITING_METRIC], sums[RUNNING_METRIC], kv, now)
+    kv, kv_series = sums.get(KV_USAGE_METRIC, (0.0, 0))
+    kv = kv / kv_series if kv_series else 0.0     # the mean over engines
+    return Saturation(sums[WAITING_METRIC][0], sums.get(RUNNING_METRIC, (0.0, 0))[0], kv, now)
 
 
 def prefill_backlog(jobs) -> int:
