@@ -1,7 +1,7 @@
 """Fleet comparison on Mooncake's conversation trace: three ways to run N replicas.
 
     python scripts/fleet_compare.py [--replicas 8] [--tenants 20] [--rate-scale 1.0]
-                                    [--max-requests N] [--seed 0] [--cache-tokens N]
+                                    [--max-requests N] [--seed 0] [--cache-tokens N] [--gateway-window N]
 
   prefix+gateway  prefix-aware router (load bound 1.5), the fair gateway in front, FIFO per replica
   rr+vtc          round-robin router, VTC per replica (each replica its own counters)
@@ -48,6 +48,8 @@ def main() -> None:
     ap.add_argument("--max-requests", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--gateway-window", type=int, default=None,
+                    help="prefix+gateway: a fixed window per replica (default: the gateway's saturation-driven one)")
     ap.add_argument("--cache-tokens", type=int, default=None,
                     help="prefix cache per replica in tokens (default: the replica's KV capacity)")
     args = ap.parse_args()
@@ -67,6 +69,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for name in args.configs.split(","):
         policy, opts = CONFIGS[name]
+        if opts.get("fleet_policy") == "fair":
+            opts = {**opts, "gateway_window": args.gateway_window}
         cfg = FleetConfig(num_replicas=args.replicas, prefix_cache=True, cache_tokens=args.cache_tokens, **opts)
         t0 = time.perf_counter()
         s = simulate_fleet(wl, policy, contract, profile, cfg, isolated=False).summary
