@@ -27,6 +27,7 @@ COMPILED_MODULES = (
     "tokenfair.sched.fair.forecast", "tokenfair.sched.fair.guarantee", "tokenfair.sched.fair.picking",
     "tokenfair.sched.fair.costs", "tokenfair.sched.fair.steptime", "tokenfair.sched.fair.roster",
     "tokenfair.sched.fair.headroom", "tokenfair.sched.fair.queue", "tokenfair.sched.fair.shaping",
+    "tokenfair.sched.fair.background",
     "tokenfair.sim.engine", "tokenfair.sim.fastforward", "tokenfair.sim.simulate",
 )
 

@@ -9,7 +9,10 @@
   and behind the admissions of tenants served clearly less (``defer_prefill``);
 * while a light tenant's prefill runs and the shaping binds, that prefill keeps the whole
   budget and the decodes of tenants that are not light give way instead
-  (``decode_hold``): as many as the TPOT target requires, never one twice in a row.
+  (``decode_hold``): as many as the TPOT target requires, never one twice in a row;
+* while decodes with a TPOT SLO run, prefill without one is *background* unless the engine
+  is deadline-bound (``background.py``): a step of background prefill alone is shaped
+  shorter, and background prefill waits behind foreground work for a bounded time.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Final
 from ...contracts.contract import Contract
 from ...core.request import Request, Status
 from ..policy import DecodeHold
+from .background import BackgroundPrefill
 from .queue import WaitingQueue
 from .roster import TenantRoster
 from .shaping import BudgetShaper
@@ -38,7 +42,8 @@ class PrefillShaper:
     :meth:`prefill_budget` (noted by :meth:`note_admitted`)."""
 
     def __init__(self, contract: Contract, shaper: BudgetShaper, roster: TenantRoster, meter: ShareMeter,
-                 wfq: VirtualTimeWFQ, queue: WaitingQueue, decode_slos: DecodeSLOs) -> None:
+                 wfq: VirtualTimeWFQ, queue: WaitingQueue, decode_slos: DecodeSLOs,
+                 background: BackgroundPrefill) -> None:
         self.contract = contract
         self.shaper = shaper
         self.roster = roster
@@ -46,6 +51,7 @@ class PrefillShaper:
         self.wfq = wfq
         self.queue = queue
         self.decode_slos = decode_slos
+        self.background = background
         self.hold: DecodeHold | None = None
         self.light_prefilling = False
         self.admitted_prefills: list[Request] = []
@@ -57,19 +63,23 @@ class PrefillShaper:
         """The contract's prefill budget, shaped so the predicted step (with last step's decode
         batch) stays within ``TPOT_MARGIN`` x the tightest TPOT SLO of a running decode.
         While a light tenant's prefill runs, the prefill keeps the whole budget and the
-        heavy tenants' decodes give way instead (``hold``)."""
+        heavy tenants' decodes give way instead (``hold``); else a step whose prefill is all
+        background is shaped shorter (``background.py``)."""
         budget = self.contract.engine.prefill_token_budget
         self.hold = None
         n, ctx, prefilling = last_step
         admitted, self.admitted_prefills = self.admitted_prefills, []
         tenants, meter = self.roster.tenants, self.meter
-        self.light_prefilling = any(meter.is_light(tenants[r.tenant], now, r)
-                                    for group in (prefilling, admitted) for r in group
-                                    if r.status is Status.RUNNING and r.in_prefill)
+        running = [r for group in (prefilling, admitted) for r in group
+                   if r.status is Status.RUNNING and r.in_prefill]
+        self.light_prefilling = any(meter.is_light(tenants[r.tenant], now, r) for r in running)
         slo = self.decode_slos.tightest()
+        self.background.refresh(slo is not None, running, now)
         if slo is None or n == 0:
             return budget
         target = TPOT_MARGIN * slo
+        if not self.light_prefilling:
+            target = self.background.step_target(target, self.shaper.cost, ctx, n)
         if self.shaper.cost.chunk_s(budget, ctx, n) <= target:
             return budget
         if self.light_prefilling:
@@ -95,6 +105,8 @@ class PrefillShaper:
         (it cannot monopolise what it is entitled to); everything else is capped at
         ``chunk_size``, so a 20K prompt never holds a step."""
         eng = self.contract.engine
+        if self.background.takes_whole_budget(req):
+            return eng.prefill_token_budget
         if self.meter.is_light(self.roster.tenants[req.tenant], now, req):
             return eng.prefill_token_budget
         return eng.chunk_size
@@ -104,7 +116,10 @@ class PrefillShaper:
         and running prefills of light tenants, and behind the admissions of a waiting
         tenant recently served clearly less than its own tenant: a heavy tenant's long
         prefill cannot hold a light tenant's request back.  The deferred chunk gets the
-        budget left after admissions."""
+        budget left after admissions.  First, background prefill waits behind foreground work
+        (``background.py``)."""
+        if self.background.defers(req, now):
+            return True
         meter = self.meter
         mine = self.roster.tenants[req.tenant]
         if meter.is_light(mine, now, req):

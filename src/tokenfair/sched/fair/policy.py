@@ -30,6 +30,7 @@ from ..predictor import Predictor
 from ..snapshot import PolicySnapshot, TenantView
 from .accounting import Accounting
 from .admission import AdmissionControl
+from .background import BackgroundPrefill
 from .batching import PrefillShaper
 from .costs import MIN_COST_WEIGHT, RequestCost, prefill_rate
 from .forecast import WaitForecaster
@@ -106,7 +107,9 @@ class FairPolicy(Policy):
         self.step_time = step_time = StepTimer(initial_step_s(profile))
         self.forecaster = WaitForecaster(contract, meter, queue, prefill_rate(costs, profile, full))
         self.accounting = Accounting(contract, costs, wfq, roster, meter, headroom, slos, step_time)
-        self.shaper = PrefillShaper(contract, BudgetShaper(profile.cost), roster, meter, wfq, queue, slos)
+        self.background = background = BackgroundPrefill(contract, queue)
+        self.shaper = PrefillShaper(contract, BudgetShaper(profile.cost), roster, meter, wfq, queue, slos,
+                                    background)
         self.urgency = Urgency(contract, profile, self.preemption, admission, roster, meter, wfq, step_time,
                                queue.deadlines)
         self.picker = Picker(queue, roster, meter, admission, wfq, costs, guarantee, min_grace_s(contract))
@@ -131,6 +134,7 @@ class FairPolicy(Policy):
         self.forecaster.prefill_rate = prefill_rate(self.costs, self.profile, full)
         self.accounting.contract = contract
         self.shaper.contract = contract
+        self.background.contract = contract
         self.shaper.shaper.last_shaped = 0      # the bisection's start, for the new budget
         self.urgency.contract = contract
         self.picker.min_grace_s = min_grace_s(contract)
@@ -164,8 +168,12 @@ class FairPolicy(Policy):
     def on_arrival(self, req: Request, now: float) -> Reason | None:
         t = self.roster.tenant(req.tenant, now)
         reason = self.admission.on_arrival(t, req)
-        if reason is None and req.max_wait_s is not None and self.contract.admission.shed_over_max_wait:
-            reason = self.forecaster.shed_reason(t, req, now)
+        if reason is None and req.max_wait_s is not None:
+            if self.contract.admission.shed_over_max_wait:
+                reason = self.forecaster.shed_reason(t, req, now)
+            else:
+                req.predicted_wait_s = self.forecaster.predicted_wait_s(t, req, now)
+            self.background.note_forecast(req.predicted_wait_s, req.max_wait_s, now)
         return reason
 
     def enqueue(self, req: Request, now: float) -> None:
@@ -211,8 +219,8 @@ class FairPolicy(Policy):
         keep = self.picker.reserve
         if keep is not None and keep.tenant != req.tenant and num_running + 2 > eng.max_running:
             return False                        # the forced head's slot stays free
-        reserved_slots = self.headroom.reserved(t, num_running)[1]
-        if (num_running + 1 > eng.max_running - reserved_slots and not self.headroom.within_share(t, 0, 1)
+        reserved_slots = self.headroom.reserved(t, num_running, now)[1]
+        if (num_running + 1 > eng.max_running - reserved_slots and not self.headroom.within_share(t, 0, 1, now)
                 and not self.meter.is_light(t, now)):
             return False                        # (a light tenant is not held by slot reservations)
         return self.admission.can_admit(t, req, num_running, self.costs.predicted(req), now)

@@ -1,0 +1,114 @@
+"""Layer 4, background prefill: work without a TPOT SLO yields to streams that have one.
+
+A class with a TPOT SLO asks for a smooth stream; a class without one asks for throughput
+(its max wait or TTFT SLO, if it has one, counts in seconds, not in steps).  While decodes
+with a TPOT SLO run and the engine is not *deadline-bound*, the prefill of a request without
+a TPOT SLO is *background*:
+
+* a step whose prefill is all background is shaped (``shaping.py``) to at most
+  ``LATENCY_STEP_FACTOR`` x the decode-only step of the same batch, so that a foreground
+  arrival waits at most that long for the step in flight;
+* a background prefill waits behind foreground prefills and admissions (it is deferred: it
+  gets the budget they leave), and a foreground prefill beside it may take the whole budget;
+* the engine is deadline-bound from an arrival whose forecast wait (``forecast.py``) exceeds
+  ``TIGHT_WAIT_FRACTION`` of its max wait until that max wait has passed: then no prefill is
+  background, and every step may be as large as the TPOT shaping allows, so the backlog is
+  served at the engine's full rate while its deadlines run.
+
+Symbols: ``D`` = ``MAX_BACKGROUND_DEFER_S``; for a background prefill ``r``, ``k_0`` and
+``t_0`` = ``deferred_since[r]`` (its ``num_computed`` and the time when it was first
+deferred without progress since).
+
+Bound.  ``r`` is deferred at ``now`` only while ``num_computed(r) > k_0`` (it was served
+since ``t_0``: the clock restarts) or ``now - t_0 < D``; so a background prefill goes without
+a chunk for at most ``D`` plus one step, then it is scheduled in its order by the other rules
+(``batching.py``) like any prefill.  The cost of shaping is the fixed part of the extra steps
+(a shaped step stays compute-bound while its prefill and decodes exceed the batch the
+weights' memory traffic hides).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ...contracts.contract import Contract
+from ...core.request import Request
+from ...core.stepcost import StepCost
+from .queue import WaitingQueue
+
+# a forecast wait above this fraction of the max wait makes the engine deadline-bound
+TIGHT_WAIT_FRACTION: Final = 0.5
+# a step with only background prefill lasts at most this many decode-only steps of its batch
+LATENCY_STEP_FACTOR: Final = 2.0
+# a background prefill that made no progress for this long is no longer deferred
+MAX_BACKGROUND_DEFER_S: Final = 1.0
+
+
+class BackgroundPrefill:
+    """Which prefill is background this step, and what that changes.
+
+    Invariants (after :meth:`refresh` for the step being built): ``active`` -- decodes with a
+    TPOT SLO run and ``now >= tight_until_s``; ``foreground`` -- ``active`` and a prefill
+    with a TPOT SLO runs or waits; ``background_running`` -- ``active`` and a background
+    prefill runs; ``deferred_since`` is empty unless ``foreground``."""
+
+    def __init__(self, contract: Contract, queue: WaitingQueue) -> None:
+        self.contract = contract
+        self.queue = queue
+        self.tight_until_s = float("-inf")      # the engine is deadline-bound until then
+        self.active = False
+        self.foreground = False
+        self.background_running = False
+        self.deferred_since: dict[Request, tuple[int, float]] = {}
+
+    def note_forecast(self, predicted_wait_s: float | None, max_wait_s: float, now: float) -> None:
+        """An arrival forecast to wait more than ``TIGHT_WAIT_FRACTION`` of its max wait
+        makes the engine deadline-bound until that max wait has passed."""
+        if predicted_wait_s is not None and predicted_wait_s > TIGHT_WAIT_FRACTION * max_wait_s:
+            self.tight_until_s = max(self.tight_until_s, now + max_wait_s)
+
+    def refresh(self, tpot_decodes: bool, running_prefills: list[Request], now: float) -> None:
+        """The step being built: ``tpot_decodes`` -- decodes with a TPOT SLO run;
+        ``running_prefills`` -- the running requests in prefill.  O(prefills), and
+        O(backlogged tenants x classes) to look for a foreground request waiting."""
+        self.active = tpot_decodes and now >= self.tight_until_s
+        if not self.active:
+            self.foreground = self.background_running = False
+        else:
+            self.background_running = any(r.tpot_slo_s is None for r in running_prefills)
+            self.foreground = (any(r.tpot_slo_s is not None for r in running_prefills)
+                               or self.foreground_waiting())
+        if not self.foreground and self.deferred_since:
+            self.deferred_since.clear()
+
+    def foreground_waiting(self) -> bool:
+        """Some waiting request's class has a TPOT SLO."""
+        classes = self.contract.classes
+        for t in self.queue.backlogged.values():
+            for k, cost in t.queued_cost.items():
+                spec = classes.get(k)
+                if cost > 0.0 and spec is not None and spec.tpot_slo_s is not None:
+                    return True
+        return False
+
+    def step_target(self, target: float, cost: StepCost, ctx: int, n: int) -> float:
+        """The step-time target (TPOT shaping's ``target``) of a step whose prefill is all
+        background: at most ``LATENCY_STEP_FACTOR`` x the decode-only step of ``n`` decodes
+        of context sum ``ctx``."""
+        if self.active and not self.foreground:
+            return min(target, LATENCY_STEP_FACTOR * cost.decode_s(ctx, n))
+        return target
+
+    def takes_whole_budget(self, req: Request) -> bool:
+        """A foreground prefill beside a background one may take the whole budget."""
+        return self.background_running and req.tpot_slo_s is not None
+
+    def defers(self, req: Request, now: float) -> bool:
+        """``req``, a running prefill, waits behind foreground work this step (see Bound)."""
+        if not self.foreground or req.tpot_slo_s is not None:
+            return False
+        seen = self.deferred_since.get(req)
+        if seen is None or seen[0] != req.num_computed:
+            self.deferred_since[req] = (req.num_computed, now)
+            return True
+        return now - seen[1] < MAX_BACKGROUND_DEFER_S
