@@ -81,17 +81,34 @@ def test_background_prefill_waits_behind_foreground_work_for_a_bounded_time():
 
 
 def test_a_forecast_past_half_the_max_wait_makes_the_engine_deadline_bound():
-    part = _part(waiting_tpot=True)
+    part = _part()
     part.note_forecast(0.9 * TIGHT_WAIT_FRACTION * 100.0, 100.0, 5.0)
     part.note_forecast(None, 100.0, 5.0)
     assert part.tight_until_s == float("-inf")
     part.note_forecast(1.1 * TIGHT_WAIT_FRACTION * 100.0, 100.0, 5.0)
     assert part.tight_until_s == 105.0
+    cost = PROFILE.cost
     bulk = _req("b", None)
     part.refresh(True, [bulk], 104.0)
-    assert not part.active and not part.defers(bulk, 104.0)
+    assert not part.active and part.step_target(0.08, cost, 1000, 10) == 0.08     # full steps
     part.refresh(True, [bulk], 105.0)
-    assert part.active and part.defers(bulk, 105.0)
+    assert part.active and part.step_target(0.08, cost, 1000, 10) < 0.08
+
+
+def test_a_step_with_a_foreground_prefill_carries_no_background_prefill():
+    part = _part(waiting_tpot=True)
+    bulk, stream = _req("b", None, computed=512), _req("s", 0.1)
+    part.tight_until_s = 1e9                       # deadline-bound: still, foreground goes first
+    part.refresh(True, [bulk], 0.0)
+    assert not part.active and part.foreground and not part.foreground_in_step
+    assert part.defers(bulk, 0.0) and not part.yields_step(bulk, 0.0)
+    part.note_admitted(stream)                     # the waiting stream is admitted into the step
+    assert part.foreground_in_step and part.yields_step(bulk, 0.5) and not part.yields_step(stream, 0.5)
+    assert not part.yields_step(bulk, MAX_BACKGROUND_DEFER_S)     # held D without progress: served
+    part.refresh(True, [bulk, stream], 2.0)
+    assert part.foreground_in_step                 # a foreground prefill still runs
+    part.refresh(False, [bulk, stream], 2.0)       # no decode with a TPOT SLO: nothing yields
+    assert not part.foreground_in_step and not part.defers(bulk, 2.0)
 
 
 class _Steps:

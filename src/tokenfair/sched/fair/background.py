@@ -2,29 +2,33 @@
 
 A class with a TPOT SLO asks for a smooth stream; a class without one asks for throughput
 (its max wait or TTFT SLO, if it has one, counts in seconds, not in steps).  While decodes
-with a TPOT SLO run and the engine is not *deadline-bound*, the prefill of a request without
-a TPOT SLO is *background*:
+with a TPOT SLO run, the prefill of a request without a TPOT SLO is *background*, the
+prefill of one with a TPOT SLO *foreground*:
 
-* a step whose prefill is all background is shaped (``shaping.py``) to at most
-  ``LATENCY_STEP_FACTOR`` x the decode-only step of the same batch, so that a foreground
-  arrival waits at most that long for the step in flight;
 * a background prefill waits behind foreground prefills and admissions (it is deferred: it
   gets the budget they leave), and a foreground prefill beside it may take the whole budget;
-* the engine is deadline-bound from an arrival whose forecast wait (``forecast.py``) exceeds
-  ``TIGHT_WAIT_FRACTION`` of its max wait until that max wait has passed: then no prefill is
-  background, and every step may be as large as the TPOT shaping allows, so the backlog is
-  served at the engine's full rate while its deadlines run.
+* a step that carries a foreground prefill carries no background prefill (``yields_step``),
+  so that the foreground request's first token comes after its own prefill's time, not after
+  a full step of someone else's -- unless the background tenant is owed service (under its
+  share of recent service, ``shares.py``: it never yields what it is entitled to);
+* unless the engine is *deadline-bound*, a step whose prefill is all background is shaped
+  (``shaping.py``) to at most ``LATENCY_STEP_FACTOR`` x the decode-only step of the same
+  batch, so that a foreground arrival waits at most that long for the step in flight.  The
+  engine is deadline-bound from an arrival whose forecast wait (``forecast.py``) exceeds
+  ``TIGHT_WAIT_FRACTION`` of its max wait until that max wait has passed: then steps may be
+  as large as the TPOT shaping allows, so the backlog is served at the engine's full rate
+  while its deadlines run.
 
 Symbols: ``D`` = ``MAX_BACKGROUND_DEFER_S``; for a background prefill ``r``, ``k_0`` and
-``t_0`` = ``deferred_since[r]`` (its ``num_computed`` and the time when it was first
-deferred without progress since).
+``t_0`` = ``deferred_since[r]`` (its ``num_computed`` and the time when it was first held
+back without progress since).
 
-Bound.  ``r`` is deferred at ``now`` only while ``num_computed(r) > k_0`` (it was served
-since ``t_0``: the clock restarts) or ``now - t_0 < D``; so a background prefill goes without
-a chunk for at most ``D`` plus one step, then it is scheduled in its order by the other rules
-(``batching.py``) like any prefill.  The cost of shaping is the fixed part of the extra steps
-(a shaped step stays compute-bound while its prefill and decodes exceed the batch the
-weights' memory traffic hides).
+Bound.  ``r`` is held back (deferred, or sitting out a step) at ``now`` only while
+``num_computed(r) > k_0`` (it was served since ``t_0``: the clock restarts) or
+``now - t_0 < D``; so a background prefill goes without a chunk for at most ``D`` plus one
+step, then it is scheduled in its order by the other rules (``batching.py``) like any
+prefill.  The cost is the fixed part of the extra steps (a shaped step stays compute-bound
+while its prefill and decodes exceed the batch the weights' memory traffic hides).
 """
 
 from __future__ import annotations
@@ -48,9 +52,11 @@ class BackgroundPrefill:
     """Which prefill is background this step, and what that changes.
 
     Invariants (after :meth:`refresh` for the step being built): ``active`` -- decodes with a
-    TPOT SLO run and ``now >= tight_until_s``; ``foreground`` -- ``active`` and a prefill
-    with a TPOT SLO runs or waits; ``background_running`` -- ``active`` and a background
-    prefill runs; ``deferred_since`` is empty unless ``foreground``."""
+    TPOT SLO run and ``now >= tight_until_s`` (background steps are shaped);
+    ``foreground`` -- decodes with a TPOT SLO run and a foreground prefill runs or waits;
+    ``foreground_in_step`` -- one runs, or was admitted into this step (:meth:`note_admitted`);
+    ``background_running`` -- decodes with a TPOT SLO run and a background prefill runs;
+    ``deferred_since`` is empty unless ``foreground``."""
 
     def __init__(self, contract: Contract, queue: WaitingQueue) -> None:
         self.contract = contract
@@ -59,6 +65,7 @@ class BackgroundPrefill:
         self.active = False
         self.foreground = False
         self.background_running = False
+        self.foreground_in_step = False
         self.deferred_since: dict[Request, tuple[int, float]] = {}
 
     def note_forecast(self, predicted_wait_s: float | None, max_wait_s: float, now: float) -> None:
@@ -72,12 +79,12 @@ class BackgroundPrefill:
         ``running_prefills`` -- the running requests in prefill.  O(prefills), and
         O(backlogged tenants x classes) to look for a foreground request waiting."""
         self.active = tpot_decodes and now >= self.tight_until_s
-        if not self.active:
+        self.foreground_in_step = tpot_decodes and any(r.tpot_slo_s is not None for r in running_prefills)
+        if not tpot_decodes:
             self.foreground = self.background_running = False
         else:
             self.background_running = any(r.tpot_slo_s is None for r in running_prefills)
-            self.foreground = (any(r.tpot_slo_s is not None for r in running_prefills)
-                               or self.foreground_waiting())
+            self.foreground = self.foreground_in_step or self.foreground_waiting()
         if not self.foreground and self.deferred_since:
             self.deferred_since.clear()
 
@@ -99,6 +106,16 @@ class BackgroundPrefill:
             return min(target, LATENCY_STEP_FACTOR * cost.decode_s(ctx, n))
         return target
 
+    def note_admitted(self, req: Request) -> None:
+        """``req`` was admitted into the step being built."""
+        if req.tpot_slo_s is not None and self.foreground:
+            self.foreground_in_step = True
+
+    def yields_step(self, req: Request, now: float) -> bool:
+        """``req``'s prefill (without a TPOT SLO) sits out a step that carries a foreground
+        prefill, so that step lasts what the foreground prefill needs."""
+        return self.foreground_in_step and req.tpot_slo_s is None and self.held_within_bound(req, now)
+
     def takes_whole_budget(self, req: Request) -> bool:
         """A foreground prefill beside a background one may take the whole budget."""
         return self.background_running and req.tpot_slo_s is not None
@@ -107,6 +124,11 @@ class BackgroundPrefill:
         """``req``, a running prefill, waits behind foreground work this step (see Bound)."""
         if not self.foreground or req.tpot_slo_s is not None:
             return False
+        return self.held_within_bound(req, now)
+
+    def held_within_bound(self, req: Request, now: float) -> bool:
+        """``req`` may be held back once more: it progressed since it was first held, or it
+        was held for less than ``MAX_BACKGROUND_DEFER_S``."""
         seen = self.deferred_since.get(req)
         if seen is None or seen[0] != req.num_computed:
             self.deferred_since[req] = (req.num_computed, now)

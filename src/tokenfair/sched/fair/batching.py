@@ -10,9 +10,10 @@
 * while a light tenant's prefill runs and the shaping binds, that prefill keeps the whole
   budget and the decodes of tenants that are not light give way instead
   (``decode_hold``): as many as the TPOT target requires, never one twice in a row;
-* while decodes with a TPOT SLO run, prefill without one is *background* unless the engine
-  is deadline-bound (``background.py``): a step of background prefill alone is shaped
-  shorter, and background prefill waits behind foreground work for a bounded time.
+* while decodes with a TPOT SLO run, prefill without one is *background* (``background.py``):
+  it waits behind foreground work and sits out the steps that carry a foreground prefill,
+  for a bounded time, unless its tenant is owed service; a step of background prefill alone
+  is shaped shorter unless the engine is deadline-bound.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class PrefillShaper:
 
     def note_admitted(self, req: Request) -> None:
         self.admitted_prefills.append(req)
+        self.background.note_admitted(req)
 
     def prefill_budget(self, last_step: tuple[int, int, list[Request]], now: float) -> int:
         """The contract's prefill budget, shaped so the predicted step (with last step's decode
@@ -105,6 +107,8 @@ class PrefillShaper:
         (it cannot monopolise what it is entitled to); everything else is capped at
         ``chunk_size``, so a 20K prompt never holds a step."""
         eng = self.contract.engine
+        if self.background.yields_step(req, now) and not self.meter.under_share(self.roster.tenants[req.tenant], now):
+            return 0                            # background, not owed service: sits out this step
         if self.background.takes_whole_budget(req):
             return eng.prefill_token_budget
         if self.meter.is_light(self.roster.tenants[req.tenant], now, req):
