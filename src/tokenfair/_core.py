@@ -28,6 +28,7 @@ COMPILED_MODULES = (
     "tokenfair.sched.fair.costs", "tokenfair.sched.fair.steptime", "tokenfair.sched.fair.roster",
     "tokenfair.sched.fair.headroom", "tokenfair.sched.fair.queue", "tokenfair.sched.fair.shaping",
     "tokenfair.sim.engine", "tokenfair.sim.fastforward", "tokenfair.sim.simulate",
+    "tokenfair.sim.replica", "tokenfair.sim.fleet_loop",
 )
 
 # what a build leaves beside this file: which modules it compiled, from which sources (sha256)
