@@ -29,6 +29,7 @@ COMPILED_MODULES = (
     "tokenfair.sched.fair.headroom", "tokenfair.sched.fair.queue", "tokenfair.sched.fair.shaping",
     "tokenfair.sched.fair.background",
     "tokenfair.sim.engine", "tokenfair.sim.fastforward", "tokenfair.sim.simulate",
+    "tokenfair.sim.replica", "tokenfair.sim.fleet_loop",
 )
 
 # what a build leaves beside this file: which modules it compiled, from which sources (sha256)

@@ -8,14 +8,18 @@ is then exact), which covers the common case of integer cost weights; otherwise 
 
 from __future__ import annotations
 
-_EXACT = float(2 ** 53)
+from typing import Final
+
+_EXACT: Final = 9007199254740992.0     # 2**53 (a literal: compiled, a constant)
 
 
 def add_repeated(acc: float, x: float, k: int) -> float:
     """``acc`` (a float) after ``k`` times ``acc += x``: O(1) when every partial sum is an
     integer below 2**53 in magnitude, else O(k)."""
     if k > 0:
-        if acc.is_integer() and x.is_integer() and abs(acc) + k * abs(x) <= _EXACT:
+        # the bound first (it is False for inf and nan), then integrality as native float
+        # and int conversions (performance: ``float.is_integer`` is a boxed method call)
+        if abs(acc) + k * abs(x) <= _EXACT and acc == float(int(acc)) and x == float(int(x)):
             return acc + k * x
         for _ in range(k):
             acc += x

@@ -3,7 +3,7 @@ gateway in front, on one deterministic event loop.
 
 A replica's turn (``Replica.turn``) is one step, one fast-forwarded decode run (it stops
 before the next time a request could land there) or going idle.  Without a gateway
-(``_run_routed``) an arrival goes straight to the replica the router picks and replicas
+(``fleet_loop.run_routed``) an arrival goes straight to the replica the router picks and replicas
 advance lazily, each in its own time order; with the fair gateway (``_run_gated``) every
 event is in global (time, priority, sequence) order: an arrival (priority 0, sequence =
 trace position), a gateway wake-up (1), a replica's turn (2, sequence = replica index).
@@ -13,7 +13,6 @@ Cost: O(log N) per event for the event heap, O(N) per routing decision.
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from dataclasses import dataclass, field
@@ -28,14 +27,15 @@ from ..runtime.recorder import Recorder
 from ..core.reasons import Reason, ReasonCode
 from ..core.request import Request
 from ..sched.scheduler import IterationScheduler
+from ..workloads.gc_pause import gc_paused
 from ..workloads.workload import Workload
 from .fleet_gate import FleetGate
+from .fleet_loop import ReplicaEvents, kick_blocked, run_routed
 from .prefix_cache import MOONCAKE_BLOCK_TOKENS, PrefixCache
 from .replica import Replica
 from .routers import DEFAULT_LOAD_BOUND, ROUTERS, make_router
 
 FLEET_POLICIES = ("none", "fair")
-ROUTER_STALENESS_S = 0.2        # how old a replica's state a router may read (see _run_routed)
 DEFAULT_CACHED_DISCOUNT = 0.1
 # the fields of FleetConfig that name one of a set: field -> (what it names, the names)
 _NAMED_CHOICES: dict[str, tuple[str, tuple[str, ...]]] = {"router": ("router", ROUTERS),
@@ -100,46 +100,6 @@ def _replicas(policy: str, contract: Contract, profile: Profile, config: FleetCo
     return out
 
 
-class _Events:
-    """The replicas' turns in (wake time, replica index) order: a heap with lazy deletion
-    (an entry is live while its version is the replica's latest)."""
-
-    def __init__(self, replicas: list[Replica]) -> None:
-        self.replicas = replicas
-        self.heap: list[tuple[float, int, int]] = []
-        self.version = [0] * len(replicas)
-
-    def push(self, r: Replica) -> None:
-        self.version[r.index] += 1
-        if r.wake_s < math.inf:
-            heapq.heappush(self.heap, (r.wake_s, r.index, self.version[r.index]))
-
-    def peek_s(self) -> float:
-        heap, version = self.heap, self.version
-        while heap and heap[0][2] != version[heap[0][1]]:
-            heapq.heappop(heap)
-        return heap[0][0] if heap else math.inf
-
-    def pop(self) -> Replica:
-        self.peek_s()
-        _, k, _ = heapq.heappop(self.heap)
-        self.version[k] += 1
-        return self.replicas[k]
-
-
-def _advance(r: Replica, t: float, more_coming: bool) -> None:
-    """Run ``r``'s turns due before ``t`` (a request may land at ``t``)."""
-    while r.wake_s < t:
-        r.turn(t, more_coming)
-
-
-def _kick_blocked(replicas: list[Replica], t: float) -> None:
-    """Nothing more arrives: a replica waiting for a request with work left takes a turn."""
-    for r in replicas:
-        if r.wake_s == math.inf and r.sched.has_work():
-            r.wake_s = max(r.now_s, t)
-
-
 def simulate_fleet_once(workload: Workload, policy: str, contract: Contract, profile: Profile,
                         config: FleetConfig, progress: Callable[[int, int], None] | None = None,
                         fast: bool = True) -> FleetRun:
@@ -152,12 +112,16 @@ def simulate_fleet_once(workload: Workload, policy: str, contract: Contract, pro
     replica_of: list[int | None] = [None] * n
     report = _progress(progress, n)
     gate = None
-    if config.fleet_policy == "fair":
-        gate = FleetGate(config.gateway_policy, contract, profile, len(replicas), config.gateway_window,
-                         config.cached_discount)
-        _run_gated(rows, contract, replicas, router, gate, final, replica_of, report)
-    else:
-        _run_routed(rows, contract, replicas, router, final, replica_of, report)
+    # performance: the collector paused while the loop runs -- it makes about one Request and
+    # a few containers per row that all live to the end and no reference cycles to speak of
+    # (a handful per run), so the collector's passes would only trace them again and again
+    with gc_paused():
+        if config.fleet_policy == "fair":
+            gate = FleetGate(config.gateway_policy, contract, profile, len(replicas), config.gateway_window,
+                             config.cached_discount)
+            _run_gated(rows, contract, replicas, router, gate, final, replica_of, report)
+        else:
+            run_routed(rows, contract, replicas, router, final, replica_of, report)
     if progress:
         progress(n, n)
     requests = [req for req in final if req is not None]
@@ -172,44 +136,12 @@ def _progress(progress: Callable[[int, int], None] | None, n: int) -> Callable[[
     return lambda i: progress(i, n) if i % every == 0 else None
 
 
-def _run_routed(rows, contract: Contract, replicas: list[Replica], router, final, replica_of, report) -> None:
-    """Requests go to replicas at arrival; replicas advance lazily.  A replica runs its turns
-    up to an arrival only when the request lands on it, or -- for a router that reads replica
-    state -- when its state is more than ``ROUTER_STALENESS_S`` old: routers see each
-    replica as of its last event, at most that stale (llm-d's router treats engine metrics
-    older than 200 ms as stale).  Replicas do not interact otherwise, so each one's events
-    stay in time order.  One replica: ``loop.run``'s calls exactly."""
-    events = _Events(replicas)
-    stale_s = ROUTER_STALENESS_S if router.reads_state and len(replicas) > 1 else math.inf
-    n = len(rows)
-    for i, row in enumerate(rows):
-        t = row.arrival_s
-        while events.peek_s() < t - stale_s:
-            r = events.pop()
-            _advance(r, t, True)
-            events.push(r)
-        req, reject = make_request(row, i, contract)
-        final[i] = req
-        if reject is not None:
-            replicas[0].sched.reject(req, reject, t)
-        else:
-            r = replicas[router.choose(replicas, row.prefix_hashes)]
-            _advance(r, t, True)
-            r.accept(req, row, t)
-            replica_of[i] = r.index
-            events.push(r)
-        report(i + 1)
-    _kick_blocked(replicas, rows[-1].arrival_s if n else 0.0)
-    for r in replicas:
-        _advance(r, math.inf, False)
-
-
 def _run_gated(rows, contract: Contract, replicas: list[Replica], router, gate: FleetGate, final,
                replica_of, report) -> None:
     """The fair gateway in front: every event in global (time, priority, sequence) order --
     an arrival (0), a gateway wake-up (1), a replica's turn (2, by index) -- since a replica
     ending a request lets the gateway release one to any replica."""
-    events = _Events(replicas)
+    events = ReplicaEvents(replicas)
     n = len(rows)
 
     def release(gw: Request, r: Replica, t: float) -> Request:
@@ -241,7 +173,7 @@ def _run_gated(rows, contract: Contract, replicas: list[Replica], router, gate: 
                 gate.dispatch(row.arrival_s, replicas, router, hashes_of, release)
             i += 1
             if i == n:
-                _kick_blocked(replicas, row.arrival_s)
+                kick_blocked(replicas, row.arrival_s)
                 for r in replicas:
                     events.push(r)
             report(i)
