@@ -122,23 +122,23 @@ def test_rate_limited_tenant_gets_429s_from_the_fleet_limit(redis_server, shared
     with ExitStack() as stack:
         fleet = start_fleet(spec, c, keyring(c), stack)
 
-        def probe():                 # from when the fleet's queues have built up to the load's end
+        def probe(u: str) -> None:   # from when the fleet's queues have built up to the load's end
             time.sleep(0.8)
             while not load_over.is_set() and not seen:
-                for u in fleet.urls:
-                    resp = httpx.post(u + "/v1/completions", json={"prompt": "word word word word", "max_tokens": 4},
-                                      headers={"authorization": f"Bearer {KEYS['r']}"}, timeout=10)
-                    if resp.status_code == 429:
-                        seen.append(resp)
-                        break
-        t = threading.Thread(target=probe)
-        t.start()
+                resp = httpx.post(u + "/v1/completions", json={"prompt": "word word word word", "max_tokens": 4},
+                                  headers={"authorization": f"Bearer {KEYS['r']}"}, timeout=10)
+                if resp.status_code == 429:
+                    seen.append(resp)
+        probes = [threading.Thread(target=probe, args=(u,)) for u in fleet.urls]   # one per gateway
+        for t in probes:
+            t.start()
         try:
             out = asyncio.run(closed_loop(fleet.urls, KEYS, {"r": 18}, 2.0, max_tokens=4, prompt_words=4,
                                           wp=c.costs.prefill_token, wd=c.costs.decode_token))
         finally:
             load_over.set()
-        t.join()
+        for t in probes:
+            t.join()
         per_gateway = [sum(1 for x in gw.records.items if x["status"] == "rejected"
                            and x["reason"].startswith("rate_limited")) for gw in fleet.gateways]
     counts = out.counts["r"]
@@ -147,6 +147,7 @@ def test_rate_limited_tenant_gets_429s_from_the_fleet_limit(redis_server, shared
         return
     assert counts.get("429", 0) > 0 and counts.get("200", 0) > 0, counts
     assert sum(1 for n in per_gateway if n > 0) >= 2, per_gateway
+    assert seen, "no probe saw a 429 while the load ran"
     h = seen[0].headers
     assert h["x-tokenfair-ratelimit-scope"] == "fleet"
     assert "fleet-wide" in seen[0].json()["error"]["message"]
