@@ -181,7 +181,7 @@ def test_a_light_tenant_is_not_held_by_slot_reservations():
     # so a 9th start would eat into it.  heavy (the most served) is held; small (light) is not
     p = _slots_policy({"heavy": 4, "small": 4}, {"heavy": 100_000.0, "small": 1_000.0}, owner_peak=4)
     heavy, small = p.tenants["heavy"], p.tenants["small"]
-    assert p.headroom.reserved(heavy, 8, 0.0)[1] == 5 and not p.headroom.within_share(small, 0, 1, 0.0)
+    assert p.headroom.reserved(heavy, 8)[1] == 5 and not p.headroom.within_share(small, 0, 1)
     assert p.meter.is_light(small, 0.0) and not p.meter.is_light(heavy, 0.0)
     assert p.can_admit(_ask("small"), 0.0, 8)
     assert not p.can_admit(_ask("heavy"), 0.0, 8)
@@ -199,7 +199,7 @@ def test_slot_reservations_hold_every_tenant_that_is_neither_light_nor_within_it
     for name in ("heavy", "small"):
         t = p.tenants[name]
         admitted = p.can_admit(_ask(name), 0.0, num_running)
-        into_reserved = num_running + 1 > SLOTS.engine.max_running - p.headroom.reserved(t, num_running, 0.0)[1]
-        exempt = p.headroom.within_share(t, 0, 1, 0.0) or p.meter.is_light(t, 0.0)
+        into_reserved = num_running + 1 > SLOTS.engine.max_running - p.headroom.reserved(t, num_running)[1]
+        exempt = p.headroom.within_share(t, 0, 1) or p.meter.is_light(t, 0.0)
         # nothing else limits these tenants: admitted exactly when no reservation binds
         assert admitted == (not into_reserved or exempt), (name, num_running, into_reserved, exempt)

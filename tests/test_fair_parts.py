@@ -17,7 +17,7 @@ from tokenfair.sched.fair.batching import PrefillShaper
 from tokenfair.sched.fair.costs import RequestCost
 from tokenfair.sched.fair.forecast import WaitForecaster
 from tokenfair.sched.fair.guarantee import FORCE_AFTER_S, ServiceGuarantee
-from tokenfair.sched.fair.headroom import RESERVATION_GRACE_S, Headroom
+from tokenfair.sched.fair.headroom import Headroom
 from tokenfair.sched.fair.picking import Picker
 from tokenfair.sched.fair.preemption import PreemptionPolicy
 from tokenfair.sched.fair.queue import WaitingQueue
@@ -244,34 +244,14 @@ def test_headroom_reserves_for_tenants_within_their_share():
     p.roster.active_weight = 2.0
     small.kv_peak, small.slots_peak = 1600.0, 4.0         # its recent peak, none held now
     p.pool.held["big"] = 8000
-    assert not p.headroom.within_share(big, 0, 0, 0.0) and p.headroom.within_share(small, 100, 1, 0.0)
-    assert p.headroom.reserved(big, 0, 0.0) == (0, 0)    # an empty engine idles for nobody
-    assert p.headroom.reserved(big, 3, 0.0) == (int(1.25 * 1600), max(4, int(1.25 * 4)))
-    assert p.headroom.reserved(small, 3, 0.0) == (p.headroom.headroom_blocks, p.headroom.headroom_slots)
+    assert not p.headroom.within_share(big, 0, 0) and p.headroom.within_share(small, 100, 1)
+    assert p.headroom.reserved(big, num_running=0) == (0, 0)    # an empty engine idles for nobody
+    assert p.headroom.reserved(big, num_running=3) == (int(1.25 * 1600), max(4, int(1.25 * 4)))
+    assert p.headroom.reserved(small, num_running=3) == (p.headroom.headroom_blocks, p.headroom.headroom_slots)
     small.kv_peak = 3200.0
-    assert p.headroom.reserved(big, 3, 0.0)[0] == 2000        # cached for the step ...
+    assert p.headroom.reserved(big, 3)[0] == 2000             # cached for the step ...
     p.headroom.invalidate()
-    assert p.headroom.reserved(big, 3, 0.0)[0] == 4000        # ... until it ends
-
-
-def test_an_idle_tenant_keeps_its_reservation_for_a_grace():
-    p = Parts()
-    big, small = p.roster.tenant("big"), p.roster.tenant("small")
-    big.active, p.roster.active_weight = True, 1.0
-    small.kv_peak, small.slots_peak = 1600.0, 4.0
-    small.idle_since = 10.0                               # its last request ended at 10 s
-    p.pool.held["big"] = 8000
-    just_idle = 10.0 + 0.5 * RESERVATION_GRACE_S
-    # within the grace it still counts: its weight halves big's share, its peak is reserved
-    assert p.headroom.share_of_active(big, just_idle) == 0.5
-    assert p.headroom.reserved(big, 3, just_idle) == (int(1.25 * 1600), max(4, int(1.25 * 4)))
-    assert not p.headroom.within_share(big, 0, 0, just_idle)
-    p.headroom.invalidate()
-    later = 10.0 + RESERVATION_GRACE_S
-    # after it, big is alone: its whole share, and nobody to leave anything for
-    assert p.headroom.share_of_active(big, later) == 1.0
-    assert p.headroom.reserved(big, 3, later) == (0, 0)
-    assert p.headroom.within_share(big, 0, 0, later)
+    assert p.headroom.reserved(big, 3)[0] == 4000             # ... until it ends
 
 
 def test_accounting_charges_corrects_and_refunds():

@@ -1,10 +1,6 @@
 """Headroom: KV blocks and slots a tenant above its weight share leaves free for the
 tenants within theirs (the static headroom, or what those tenants used at their recent
-peak, whichever is larger).
-
-A tenant that stopped being active less than ``RESERVATION_GRACE_S`` ago still counts, with
-its weight and its peak: an interactive tenant between two requests (its last one ended, the
-next is a moment away) keeps its slots and KV instead of finding them taken by a backlog."""
+peak, whichever is larger)."""
 
 from __future__ import annotations
 
@@ -18,8 +14,6 @@ from .shares import ShareMeter
 from .tenant import TenantState
 
 PEAK_MARGIN: Final = 1.25
-# how long an idle tenant keeps its share and reservation (s)
-RESERVATION_GRACE_S: Final = 2.0
 # the least other active weight that counts as another active tenant
 MIN_OTHER_WEIGHT: Final = 1e-12
 
@@ -29,9 +23,7 @@ class Headroom:
 
     Invariants: ``headroom_blocks`` / ``headroom_slots`` are the contract's static headroom
     fractions of the pool's blocks and of ``max_running``; ``cache`` is ``reservations()``
-    as of the current step, or None (cleared at every step's end, :meth:`invalidate`); a
-    tenant *counts* at ``now`` when it is active or went idle less than
-    ``RESERVATION_GRACE_S`` before."""
+    as of the current step, or None (cleared at every step's end, :meth:`invalidate`)."""
 
     def __init__(self, contract: Contract, pool: BlockPool, roster: TenantRoster) -> None:
         self.contract = contract
@@ -39,8 +31,7 @@ class Headroom:
         self.roster = roster
         self.headroom_blocks = 0
         self.headroom_slots = 0
-        # (tenant -> (blocks, slots) it reserves, their sums, weight of the idle tenants that count)
-        self.cache: tuple[dict[str, tuple[float, float]], float, float, float] | None = None
+        self.cache: tuple[dict[str, tuple[float, float]], float, float] | None = None
         self.rebind(contract)
 
     def rebind(self, new: Contract) -> None:
@@ -52,45 +43,30 @@ class Headroom:
     def invalidate(self) -> None:
         self.cache = None
 
-    def in_grace(self, t: TenantState, now: float) -> bool:
-        """``t`` is idle but counts: it went idle less than ``RESERVATION_GRACE_S`` ago."""
-        return not t.active and now - t.idle_since < RESERVATION_GRACE_S
+    def share_of_active(self, t: TenantState) -> float:
+        return t.weight / max(self.roster.active_weight + (0.0 if t.active else t.weight), t.weight)
 
-    def counted_weight(self, now: float) -> float:
-        """The weight of the tenants that count at ``now`` (the active ones and those in grace)."""
-        return self.roster.active_weight + self.step_reservations(now)[3]
-
-    def share_of_active(self, t: TenantState, now: float) -> float:
-        """``t``'s weight share among the tenants that count, ``t`` included."""
-        counted = t.active or self.in_grace(t, now)
-        return t.weight / max(self.counted_weight(now) + (0.0 if counted else t.weight), t.weight)
-
-    def within_share(self, t: TenantState, extra_blocks: int, extra_slots: int, now: float) -> bool:
-        """True when ``t`` stays within its weight share (among the tenants that count) of KV
-        and of slots after admission."""
-        share = self.share_of_active(t, now)
+    def within_share(self, t: TenantState, extra_blocks: int, extra_slots: int) -> bool:
+        """True when ``t`` stays within its weight share (among the active tenants) of KV and of
+        slots after admission."""
+        share = self.share_of_active(t)
         return (t.kv_blocks() + extra_blocks <= share * self.pool.num_blocks
                 and len(t.running) + extra_slots <= share * self.contract.engine.max_running)
 
-    def step_reservations(self, now: float) -> tuple[dict[str, tuple[float, float]], float, float, float]:
-        """:meth:`reservations` at ``now``, computed once per step (``cache``)."""
-        if self.cache is None:
-            self.cache = self.reservations(now)
-        return self.cache
-
-    def reserved(self, t: TenantState, num_running: int, now: float) -> tuple[int, int]:
-        """(KV blocks, slots) ``t`` must leave free for the *other* tenants that count and are
+    def reserved(self, t: TenantState, num_running: int) -> tuple[int, int]:
+        """(KV blocks, slots) ``t`` must leave free for the *other* active tenants that are
         within their share: what they used at their recent peak (x ``PEAK_MARGIN``) beyond
         what they hold now, at least the static headroom.  Nothing while the engine runs
         nothing (reservations never idle an empty engine).  O(tenants), once per step."""
         if num_running == 0:
             return (0, 0)
-        per, blocks, slots, idle_weight = self.step_reservations(now)
+        if self.cache is None:
+            self.cache = self.reservations()
+        per, blocks, slots = self.cache
         mine = per.get(t.name)
         if mine is not None:
             blocks, slots = blocks - mine[0], slots - mine[1]
-        counted = t.active or self.in_grace(t, now)
-        other_active_weight = self.roster.active_weight + idle_weight - (t.weight if counted else 0.0)
+        other_active_weight = self.roster.active_weight - (t.weight if t.active else 0.0)
         if other_active_weight <= MIN_OTHER_WEIGHT:
             return (0, 0)
         return (max(self.headroom_blocks, int(blocks)), max(self.headroom_slots, int(slots)))
@@ -105,36 +81,30 @@ class Headroom:
             # KV-aware: the whole prompt must fit now, so an admitted prefill is not evicted
             need = self.pool.blocks_for(req.prompt_tokens + 1)
         t = self.roster.tenants[req.tenant]
-        if not self.within_share(t, need, 0, now) and not meter.under_share(t, now):
+        if not self.within_share(t, need, 0) and not meter.under_share(t, now):
             # beyond its KV share, a tenant that is not owed service leaves the others'
             # headroom free; one that is owed service (a prompt larger than its share,
             # say) is not blocked by reservations, or it could wait for ever
-            need += self.reserved(t, self.roster.num_running, now)[0]
+            need += self.reserved(t, self.roster.num_running)[0]
         if keep is not None and keep.tenant != req.tenant:
             need += self.pool.blocks_for(keep.num_tokens + 1)   # the forced head's blocks stay free
         return need
 
-    def reservations(self, now: float) -> tuple[dict[str, tuple[float, float]], float, float, float]:
+    def reservations(self) -> tuple[dict[str, tuple[float, float]], float, float]:
         """What :meth:`reserved` sums, for every tenant at once: (tenant -> (blocks, slots)
-        it would reserve, their sums, the weight of the idle tenants that count) over the
-        tenants that count at ``now`` with a peak and are within their share
-        (``within_share(o, 0, 0, now)``, inlined: the same float operations, summed in tenant
-        order).  O(tenants), at most once per step."""
-        tenants = self.roster.tenants.values()
-        idle_weight = 0.0
-        for o in tenants:
-            if not o.active and now - o.idle_since < RESERVATION_GRACE_S:
-                idle_weight += o.weight
+        it would reserve, their sums) over the active tenants with a peak that are within
+        their share (``within_share(o, 0, 0)``, inlined: the same float operations, summed
+        in tenant order).  O(tenants), at most once per step."""
         per: dict[str, tuple[float, float]] = {}
         blocks_sum = slots_sum = 0.0
-        counted_weight = self.roster.active_weight + idle_weight   # every tenant below counts
+        active_weight = self.roster.active_weight + 0.0     # every tenant counted here is active
         num_blocks = self.pool.num_blocks
         max_running = self.contract.engine.max_running
         held = self.pool.held
-        for o in tenants:
-            if o.kv_peak > 0 and (o.active or now - o.idle_since < RESERVATION_GRACE_S):
+        for o in self.roster.tenants.values():
+            if o.active and o.kv_peak > 0:
                 w = o.weight
-                share = w / (w if w > counted_weight else counted_weight)   # max(counted_weight, w)
+                share = w / (w if w > active_weight else active_weight)   # max(active_weight, w)
                 kv = held.get(o.name, 0)
                 slots = len(o.running)
                 if kv <= share * num_blocks and slots <= share * max_running:
@@ -147,4 +117,4 @@ class Headroom:
                     per[o.name] = (b, sl)
                     blocks_sum += b
                     slots_sum += sl
-        return per, blocks_sum, slots_sum, idle_weight
+        return per, blocks_sum, slots_sum

@@ -219,8 +219,8 @@ class FairPolicy(Policy):
         keep = self.picker.reserve
         if keep is not None and keep.tenant != req.tenant and num_running + 2 > eng.max_running:
             return False                        # the forced head's slot stays free
-        reserved_slots = self.headroom.reserved(t, num_running, now)[1]
-        if (num_running + 1 > eng.max_running - reserved_slots and not self.headroom.within_share(t, 0, 1, now)
+        reserved_slots = self.headroom.reserved(t, num_running)[1]
+        if (num_running + 1 > eng.max_running - reserved_slots and not self.headroom.within_share(t, 0, 1)
                 and not self.meter.is_light(t, now)):
             return False                        # (a light tenant is not held by slot reservations)
         return self.admission.can_admit(t, req, num_running, self.costs.predicted(req), now)

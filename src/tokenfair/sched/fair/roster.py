@@ -53,8 +53,6 @@ class TenantRoster:
         if active != t.active:
             t.active = active
             self.active_weight += t.weight if active else -t.weight
-            if not active:
-                t.idle_since = now
 
     def start(self, t: TenantState, req: Request) -> None:
         t.running.add(req)

@@ -14,7 +14,7 @@ PEAK_TAU_S: Final = 60.0          # time constant of the decayed KV and slot pea
 
 class TenantState:
     __slots__ = ("name", "seq", "spec", "weight", "vtime", "num_waiting", "running", "bucket",
-                 "bucket_t", "recent", "recent_t", "queued_cost", "queues", "backlogged_since", "starved_since", "starve_stamp", "kv_peak", "slots_peak", "peak_t", "head_cost", "stamp", "active", "admitted", "admitted_t", "held", "idle_since")
+                 "bucket_t", "recent", "recent_t", "queued_cost", "queues", "backlogged_since", "starved_since", "starve_stamp", "kv_peak", "slots_peak", "peak_t", "head_cost", "stamp", "active", "admitted", "admitted_t", "held")
 
     def __init__(self, name: str, spec: TenantSpec, now: float, seq: int = 0, *,
                  held: dict[str, int]) -> None:
@@ -28,7 +28,6 @@ class TenantState:
         self.admitted = 0.0         # decayed predicted cost of its admissions (queue drain)
         self.admitted_t = now
         self.active = False         # has waiting or running requests
-        self.idle_since = -math.inf  # when it last stopped being active (-inf: never was)
         self.stamp = 0              # bumped on every re-key in the WFQ heap
         self.num_waiting = 0
         self.running: set[Request] = set()
