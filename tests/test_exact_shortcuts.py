@@ -17,6 +17,8 @@ def test_decode_and_chunk_step_functions_equal_step_s_bit_for_bit():
             n, ctx, c = rng.randint(0, 512), rng.randint(0, 20_000_000), rng.randint(1, 16_384)
             assert decode(ctx, n) == prof.step_s([], ctx, n)
             assert chunk(c, ctx, n) == prof.step_s([(c, 0)], ctx, n)
+            k = rng.choice([0, rng.randint(1, 512), rng.randint(0, 200_000)])
+            assert chunk(c, ctx, n, k) == prof.step_s([(c, k)], ctx, n)
 
 
 def _loop(acc, x, k):
@@ -31,11 +33,11 @@ def test_add_repeated_equals_the_loop(acc, x, k):
     assert add_repeated(acc, x, k) == _loop(acc, x, k)
 
 
-def _brute_force(step, budget, ctx, n, target):
+def _brute_force(step, budget, ctx, n, target, k=0):
     """The largest multiple of 64 in [128, budget) that fits, else 128; the budget if <= 128."""
     if budget <= 128:
         return budget
-    fits = [m for m in range(128, budget, 64) if step(m, ctx, n) <= target]
+    fits = [m for m in range(128, budget, 64) if step(m, ctx, n, k) <= target]
     return max(fits) if fits else 128
 
 
@@ -74,6 +76,7 @@ def _check_shaping():
             # multiples of 64 and not (a budget of 1000 made the old bisection loop forever)
             budget = rng.choice([2048, 2048, 1024, 512, 1000, 777, 200, 64])
             target = rng.choice([0.04, 0.08, 0.2]) * rng.uniform(0.5, 1.5)
-            if step(budget, ctx, n) <= target:
+            k = 0 if rng.random() < 0.5 else rng.randint(0, 60_000)     # the prefill's cached prefix
+            if step(budget, ctx, n, k) <= target:
                 continue                      # prefill_budget returns the budget itself
-            assert shaper.shaped(budget, ctx, n, target) == _brute_force(step, budget, ctx, n, target)
+            assert shaper.shaped(budget, ctx, n, target, k) == _brute_force(step, budget, ctx, n, target, k)

@@ -7,7 +7,7 @@ apart from the pydantic model so that it compiles (``_core.COMPILED_MODULES``).
 Exactness: every method performs the float operations of the formulas below in the same
 order, with each constant folded the way Python evaluates the expanded formula left to right
 (``2 * params_nonembed * n == (2 * params_nonembed) * n``), so ``decode_s(ctx, n) ==
-step_s([], ctx, n)`` and ``chunk_s(c, ctx, n) == step_s([(c, 0)], ctx, n)`` bit for bit
+step_s([], ctx, n)`` and ``chunk_s(c, ctx, n, k) == step_s([(c, k)], ctx, n)`` bit for bit
 (``tests/test_exact_shortcuts.py``).
 
 Roofline: ``overhead + max(flops / (peak_flops * mfu), bytes / (bandwidth * mbu))`` with
@@ -44,8 +44,9 @@ class StepCost:
         """``step_s([], ctx, n)``: a decode-only step (the simulator's decode runs)."""
         raise NotImplementedError
 
-    def chunk_s(self, c: int, ctx: int, n: int) -> float:
-        """``step_s([(c, 0)], ctx, n)``: one uncached chunk beside ``n`` decodes."""
+    def chunk_s(self, c: int, ctx: int, n: int, k: int = 0) -> float:
+        """``step_s([(c, k)], ctx, n)``: one chunk of ``c`` new tokens on ``k`` cached ones
+        beside ``n`` decodes."""
         raise NotImplementedError
 
 
@@ -76,10 +77,10 @@ class RooflineCost(StepCost):
         a, b = flops / self.compute, nbytes / self.memory
         return self.overhead_s + (b if b > a else a)      # == max(a, b)
 
-    def chunk_s(self, c: int, ctx: int, n: int) -> float:
+    def chunk_s(self, c: int, ctx: int, n: int, k: int = 0) -> float:
         flops = (self.params2 * (c + n) + self.vocab_hidden2 * (n + 1)
-                 + self.layers_hidden4 * (0.0 + c * (0 + c / 2) + ctx))
-        nbytes = self.params_total2 + self.layers_kv4 * (ctx + 0 + c + n)
+                 + self.layers_hidden4 * (0.0 + c * (k + c / 2) + ctx))
+        nbytes = self.params_total2 + self.layers_kv4 * (ctx + k + c + n)
         a, b = flops / self.compute, nbytes / self.memory
         return self.overhead_s + (b if b > a else a)
 
@@ -112,11 +113,11 @@ class LinearCost(StepCost):
             t += self.decode_base_s + self.decode_seq_s * n + self.decode_ctx_s * ctx
         return t + self.overhead_s
 
-    def chunk_s(self, c: int, ctx: int, n: int) -> float:
+    def chunk_s(self, c: int, ctx: int, n: int, k: int = 0) -> float:
         t = 0.0
         t += self.prefill_batch_s + self.prefill_token_s * c
         if self.prefill_attn_s:
-            t += self.prefill_attn_s * (0.0 + c * (0 + c / 2))   # step_s's attention term, k = 0
+            t += self.prefill_attn_s * (0.0 + c * (k + c / 2))   # step_s's attention term
         if n:
             t += self.decode_base_s + self.decode_seq_s * n + self.decode_ctx_s * ctx
         return t + self.overhead_s

@@ -116,6 +116,11 @@ class BackgroundPrefill:
         prefill, so that step lasts what the foreground prefill needs."""
         return self.foreground_in_step and req.tpot_slo_s is None and self.held_within_bound(req, now)
 
+    def sits_out(self, req: Request) -> bool:
+        """``req``'s prefill is background and the step being built carries a foreground
+        prefill (it sits the step out unless its tenant is owed service)."""
+        return self.foreground_in_step and req.tpot_slo_s is None
+
     def takes_whole_budget(self, req: Request) -> bool:
         """A foreground prefill beside a background one may take the whole budget."""
         return self.background_running and req.tpot_slo_s is not None

@@ -2,7 +2,11 @@
 
 * the prefill budget is shaped so the predicted step (last step's decode batch plus the
   prefill) stays within ``TPOT_MARGIN`` x the tightest TPOT SLO among the running decodes
-  (``tpot.py``; none has one: the contract's budget; bisection, ``shaping.py``);
+  (``tpot.py``; none has one: the contract's budget; bisection, ``shaping.py``).  The
+  prefill is predicted on the longest cached prefix ``k`` among the running prefills that
+  may run in the step (a background prefill that sits it out does not count): a chunk's
+  attention over its prefix grows with ``k``, so the 20th chunk of a 20K prompt costs more
+  than the first, and a budget shaped for ``k = 0`` would overrun the target;
 * a light tenant's prefill that can finish within one step's budget may take all of it;
   everything else is capped at ``chunk_size`` (a 20K prompt never holds a step);
 * a running prefill of a tenant that is not light waits behind light tenants' prefill work
@@ -63,7 +67,8 @@ class PrefillShaper:
 
     def prefill_budget(self, last_step: tuple[int, int, list[Request]], now: float) -> int:
         """The contract's prefill budget, shaped so the predicted step (with last step's decode
-        batch) stays within ``TPOT_MARGIN`` x the tightest TPOT SLO of a running decode.
+        batch, the prefill on the longest cached prefix of a running prefill) stays within
+        ``TPOT_MARGIN`` x the tightest TPOT SLO of a running decode.
         While a light tenant's prefill runs, the prefill keeps the whole budget and the
         heavy tenants' decodes give way instead (``hold``); else a step whose prefill is all
         background is shaped shorter (``background.py``)."""
@@ -82,20 +87,25 @@ class PrefillShaper:
         target = TPOT_MARGIN * slo
         if not self.light_prefilling:
             target = self.background.step_target(target, self.shaper.cost, ctx, n)
-        if self.shaper.cost.chunk_s(budget, ctx, n) <= target:
+        cached = 0                               # the prefill's attention over its cached prefix
+        for r in running:
+            if r.num_computed > cached and not self.background.sits_out(r):
+                cached = r.num_computed
+        if self.shaper.cost.chunk_s(budget, ctx, n, cached) <= target:
             return budget
         if self.light_prefilling:
-            self.hold = self.hold_heavy_decodes(budget, n, ctx, target, now)
+            self.hold = self.hold_heavy_decodes(budget, n, ctx, target, cached, now)
             return budget
-        return self.shaper.shaped(budget, ctx, n, target)
+        return self.shaper.shaped(budget, ctx, n, target, cached)
 
-    def hold_heavy_decodes(self, budget: int, n: int, ctx: int, target: float, now: float) -> DecodeHold:
+    def hold_heavy_decodes(self, budget: int, n: int, ctx: int, target: float, cached: int,
+                           now: float) -> DecodeHold:
         """A light tenant's prefill (its TTFT) is what the TPOT shaping would otherwise cut.
         Instead, the decodes of tenants that are not light give way: all but the most of
         the planned ``n`` decodes that fit beside the whole budget are held -- never one
         twice in a row, so a held stream still decodes every other step.  O(active tenants)
         for the held set."""
-        fit = self.shaper.decodes_that_fit(budget, n, ctx, target)
+        fit = self.shaper.decodes_that_fit(budget, n, ctx, target, cached)
         meter = self.meter
         level = meter.level(now)                 # read already (is_light found the light prefill)
         heavy = frozenset(t.name for t in self.roster.tenants.values()
