@@ -47,18 +47,18 @@ def test_the_longest_starving_tenant_within_share_is_due_after_its_grace():
     g = ServiceGuarantee()
     a, b = _tenant("a", 0, waiting=1), _tenant("b", 1, waiting=1)
     g.note(a, 0.0)
-    g.note(b, 1.0)
+    g.note(b, 0.5)
     heads = {"a": _req("a"), "b": _req("b")}
     grace = grace_s(heads["a"])
     assert grace == min(FORCE_AFTER_S, 0.25 * MAX_WAIT_S)
     head = lambda t: heads[t.name]          # noqa: E731
-    assert g.due(grace - 0.1, 1.0, head, lambda t: True) is None            # not yet
-    assert g.due(grace, 1.0, head, lambda t: True) is heads["a"]           # the longest starving
-    assert g.due(grace + 1.0, 1.0, head, lambda t: t.name != "a") is heads["b"]   # a is over its share
+    assert g.due(grace - 0.1, grace, head, lambda t: True) is None            # not yet
+    assert g.due(grace, grace, head, lambda t: True) is heads["a"]           # the longest starving
+    assert g.due(grace + 1.0, grace, head, lambda t: t.name != "a") is heads["b"]   # a is over its share
     a.running = {heads["a"]}
     g.note(a, grace)                         # a runs now: it no longer starves
     assert a.starved_since == math.inf
-    assert g.due(grace + 1.0, 1.0, head, lambda t: True) is heads["b"]
+    assert g.due(grace + 1.0, grace, head, lambda t: True) is heads["b"]
 
 
 def test_a_tenant_with_a_running_request_never_starves():

@@ -29,7 +29,7 @@ from .workload import TraceRow, Workload
 SCENARIOS = ("hol", "whale", "flood", "burst", "burst-long", "many-light")
 
 
-def _stream(rng: np.random.Generator, tenant: str, rate: float, t0: float, t1: float,
+def poisson_stream(rng: np.random.Generator, tenant: str, rate: float, t0: float, t1: float,
             prompt: tuple[int, float, int, int], output: tuple[int, float, int, int],
             klass: str | None = None) -> list[tuple]:
     """Poisson arrivals in [t0, t1); lengths ~ lognormal(median, sigma) clipped to [lo, hi]."""
@@ -52,45 +52,45 @@ def _rows(name: str, items: list[tuple]) -> Workload:
 
 def _hol(rng: np.random.Generator) -> list[tuple]:
     dur = 300.0
-    return (_stream(rng, "chat", 3.5, 0, dur, (800, 0.5, 32, 3000), (150, 0.6, 8, 800))
-            + _stream(rng, "docs", 0.4, 0, dur, (20000, 0.05, 18000, 22000), (200, 0.5, 16, 800)))
+    return (poisson_stream(rng, "chat", 3.5, 0, dur, (800, 0.5, 32, 3000), (150, 0.6, 8, 800))
+            + poisson_stream(rng, "docs", 0.4, 0, dur, (20000, 0.05, 18000, 22000), (200, 0.5, 16, 800)))
 
 
 def _whale(rng: np.random.Generator) -> list[tuple]:
     dur = 300.0
-    items = (_stream(rng, "whale", 6.0, 0, dur, (1000, 0.7, 32, 8000), (300, 0.7, 8, 1500))
-             + _stream(rng, "mid", 5.0, 0, dur, (800, 0.7, 32, 8000), (300, 0.7, 8, 1500)))
+    items = (poisson_stream(rng, "whale", 6.0, 0, dur, (1000, 0.7, 32, 8000), (300, 0.7, 8, 1500))
+             + poisson_stream(rng, "mid", 5.0, 0, dur, (800, 0.7, 32, 8000), (300, 0.7, 8, 1500)))
     for k in range(4):
-        items += _stream(rng, f"small-{k}", 0.3, 0, dur, (1500, 0.5, 64, 6000), (150, 0.6, 8, 800))
+        items += poisson_stream(rng, f"small-{k}", 0.3, 0, dur, (1500, 0.5, 64, 6000), (150, 0.6, 8, 800))
     return items
 
 
 def _flood(rng: np.random.Generator) -> list[tuple]:
     dur = 300.0
-    return (_stream(rng, "frontend", 10.0, 0, dur, (800, 0.6, 32, 6000), (250, 0.6, 8, 1200), "interactive")
-            + _stream(rng, "frontend", 2.0, 0, dur, (300, 0.5, 16, 2000), (80, 0.5, 4, 400), "realtime")
-            + _stream(rng, "analytics", 1.5, 0, dur, (2000, 0.5, 64, 8000), (400, 0.5, 16, 1500), "batch"))
+    return (poisson_stream(rng, "frontend", 10.0, 0, dur, (800, 0.6, 32, 6000), (250, 0.6, 8, 1200), "interactive")
+            + poisson_stream(rng, "frontend", 2.0, 0, dur, (300, 0.5, 16, 2000), (80, 0.5, 4, 400), "realtime")
+            + poisson_stream(rng, "analytics", 1.5, 0, dur, (2000, 0.5, 64, 8000), (400, 0.5, 16, 1500), "batch"))
 
 
 def _burst(rng: np.random.Generator) -> list[tuple]:
     dur = 240.0
-    return (_stream(rng, "stream", 4.0, 0, dur, (300, 0.5, 16, 2000), (600, 0.4, 50, 2000))
-            + _stream(rng, "bulk", 40.0, 60.0, 65.0, (8000, 0.1, 6000, 10000), (50, 0.5, 4, 300)))
+    return (poisson_stream(rng, "stream", 4.0, 0, dur, (300, 0.5, 16, 2000), (600, 0.4, 50, 2000))
+            + poisson_stream(rng, "bulk", 40.0, 60.0, 65.0, (8000, 0.1, 6000, 10000), (50, 0.5, 4, 300)))
 
 
 def _burst_long(rng: np.random.Generator) -> list[tuple]:
     dur = 240.0
     items: list[tuple] = []
     for k in range(6):
-        items += _stream(rng, f"stream-{k}", 0.6, 0, dur, (300, 0.5, 16, 2000), (500, 0.4, 50, 2000))
-    return items + _stream(rng, "docs", 50.0, 60.0, 64.0, (9000, 0.2, 6000, 12000), (120, 0.5, 8, 600))
+        items += poisson_stream(rng, f"stream-{k}", 0.6, 0, dur, (300, 0.5, 16, 2000), (500, 0.4, 50, 2000))
+    return items + poisson_stream(rng, "docs", 50.0, 60.0, 64.0, (9000, 0.2, 6000, 12000), (120, 0.5, 8, 600))
 
 
 def _many_light(rng: np.random.Generator) -> list[tuple]:
     dur = 240.0
-    items = _stream(rng, "whale", 1.0, 0, dur, (2000, 0.5, 128, 8000), (400, 0.5, 16, 1500))
+    items = poisson_stream(rng, "whale", 1.0, 0, dur, (2000, 0.5, 128, 8000), (400, 0.5, 16, 1500))
     for k in range(20):
-        items += _stream(rng, f"light-{k:02d}", 0.5, 0, dur, (1500, 0.4, 64, 6000), (250, 0.4, 8, 1000))
+        items += poisson_stream(rng, f"light-{k:02d}", 0.5, 0, dur, (1500, 0.4, 64, 6000), (250, 0.4, 8, 1000))
     return items
 
 

@@ -52,8 +52,12 @@ from ...contracts.contract import Contract
 from ...core.request import Request
 from .tenant import TenantState
 
-FORCE_AFTER_S: Final = 5.0
-FORCE_FRACTION: Final = 0.25
+# the longest a tenant within its share starves before its head is forced: about ten engine
+# steps, so a tenant whose next request arrives as its last one ends is not forced, while one
+# passed over by the light preference (its prompt is larger than the light tenants') is
+# served within a second, not after a round of every light tenant
+FORCE_AFTER_S: Final = 0.75
+FORCE_FRACTION: Final = 0.25     # of the head's max wait, when that is shorter
 FORCE_LOOK: Final = 4            # starving tenants examined per pick (the longest starving first)
 
 
