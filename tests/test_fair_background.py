@@ -47,6 +47,7 @@ def _part(waiting_tpot: bool = False) -> BackgroundPrefill:
     tenant = TenantState("x", SLACK.tenant("x"), 0.0, held={})
     tenant.queued_cost["stream" if waiting_tpot else "bulk"] = 500.0
     queue.backlogged["x"] = tenant
+    queue.num_queued, queue.num_waiting_tpot = 1, int(waiting_tpot)
     return BackgroundPrefill(SLACK, queue)
 
 
@@ -76,6 +77,7 @@ def test_background_prefill_waits_behind_foreground_work_for_a_bounded_time():
     part.refresh(True, [bulk], 2.0)
     assert part.deferred_since                                         # still foreground work
     part.queue.backlogged.clear()
+    part.queue.num_queued = part.queue.num_waiting_tpot = 0              # the stream was admitted
     part.refresh(True, [bulk], 2.0)
     assert not part.foreground and not part.deferred_since
 

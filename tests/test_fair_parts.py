@@ -114,16 +114,19 @@ def test_roster_makes_tenants_once_and_keeps_active_weight_and_running_count():
 def test_queue_keeps_every_view_and_the_backlog():
     p = Parts()
     a = p.roster.tenant("a")
-    r1 = _req("r1", 0, "a", deadline_s=50.0, max_wait_s=30.0)
+    r1 = _req("r1", 0, "a", deadline_s=50.0, max_wait_s=30.0, tpot_slo_s=0.05)
     r2 = _req("r2", 1, "a", klass="reserved")
     p.queue.push(r1, a, 1.0, service_s=4.0)
     assert p.queue.num_queued == 1 and p.queue.backlog_since_s == 1.0 and p.queue.backlogged == {"a": a}
+    assert p.queue.num_waiting_tpot == 1
     assert p.queue.deadlines.top()[0] == 50.0 - 4.0 and p.queue.overdue.top()[0] == 0.0 + 30.0
     assert a.head_cost == p.costs.predicted(r1) and p.wfq.num_backlogged == 1
     p.queue.push(r2, a, 2.0, service_s=0.0)
     assert p.queue.class_waiting == {"reserved": 1} and p.queue.class_heaps["reserved"].top()[-1] is r2
     assert a.queued_cost == {"interactive": 120.0, "reserved": 120.0}
+    assert p.queue.num_waiting_tpot == 1                          # r2's class has no TPOT SLO
     p.queue.remove(r1, a, 3.0)
+    assert p.queue.num_waiting_tpot == 0
     assert p.queue.deadlines.top() is None and p.queue.overdue.top() is None   # stale entries dropped
     assert a.num_waiting == 1 and p.queue.backlog_since_s == 1.0
     p.queue.remove(r2, a, 4.0)

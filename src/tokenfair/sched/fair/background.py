@@ -76,8 +76,7 @@ class BackgroundPrefill:
 
     def refresh(self, tpot_decodes: bool, running_prefills: list[Request], now: float) -> None:
         """The step being built: ``tpot_decodes`` -- decodes with a TPOT SLO run;
-        ``running_prefills`` -- the running requests in prefill.  O(prefills), and
-        O(backlogged tenants x classes) to look for a foreground request waiting."""
+        ``running_prefills`` -- the running requests in prefill.  O(prefills)."""
         self.active = tpot_decodes and now >= self.tight_until_s
         self.foreground_in_step = tpot_decodes and any(r.tpot_slo_s is not None for r in running_prefills)
         if not tpot_decodes:
@@ -89,14 +88,8 @@ class BackgroundPrefill:
             self.deferred_since.clear()
 
     def foreground_waiting(self) -> bool:
-        """Some waiting request's class has a TPOT SLO."""
-        classes = self.contract.classes
-        for t in self.queue.backlogged.values():
-            for k, cost in t.queued_cost.items():
-                spec = classes.get(k)
-                if cost > 0.0 and spec is not None and spec.tpot_slo_s is not None:
-                    return True
-        return False
+        """Some waiting request has a TPOT SLO (O(1): the queue counts them)."""
+        return self.queue.num_waiting_tpot > 0
 
     def step_target(self, target: float, cost: StepCost, ctx: int, n: int) -> float:
         """The step-time target (TPOT shaping's ``target``) of a step whose prefill is all

@@ -18,8 +18,8 @@ class WaitingQueue:
     tenant's heap for its class, one in ``overdue`` keyed ``(enqueued + max_wait, seq)`` if it
     has a max wait, one in ``deadlines`` keyed ``(latest feasible start, seq)`` if it has a
     deadline, and one in ``class_heaps[k]`` if its class ``k`` has a min share;
-    ``num_queued`` is the sum of ``t.num_waiting`` and ``class_waiting[k]`` the waiting
-    requests of class ``k``; ``backlogged`` holds exactly the tenants with waiting requests
+    ``num_queued`` is the sum of ``t.num_waiting``, ``class_waiting[k]`` the waiting
+    requests of class ``k`` and ``num_waiting_tpot`` the waiting requests with a TPOT SLO; ``backlogged`` holds exactly the tenants with waiting requests
     (each also backlogged in the WFQ); ``backlog_since_s``: since when some request has
     waited throughout (inf while none waits); ``t.head_cost`` is the predicted cost of
     ``t``'s best head (0 when it has none) after every change of its queue."""
@@ -38,6 +38,7 @@ class WaitingQueue:
         self.deadlines = LazyHeap()
         self.backlogged: dict[str, TenantState] = {}
         self.num_queued = 0
+        self.num_waiting_tpot = 0
         self.backlog_since_s = float("inf")
 
     def push(self, req: Request, t: TenantState, now: float, service_s: float) -> None:
@@ -63,6 +64,8 @@ class WaitingQueue:
         if not self.num_queued:
             self.backlog_since_s = now
         self.num_queued += 1
+        if req.tpot_slo_s is not None:
+            self.num_waiting_tpot += 1
         self.rekey(t, now)
         if t.num_waiting == 1:
             t.backlogged_since = now
@@ -78,6 +81,8 @@ class WaitingQueue:
         left = t.queued_cost.get(req.klass, 0.0) - self.costs.predicted(req)
         t.queued_cost[req.klass] = max(0.0, left) if t.num_waiting else 0.0
         self.num_queued -= 1
+        if req.tpot_slo_s is not None:
+            self.num_waiting_tpot -= 1
         if not self.num_queued:
             self.backlog_since_s = float("inf")
         if req.klass in self.class_waiting:
