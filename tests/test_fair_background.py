@@ -48,7 +48,7 @@ def _part(waiting_tpot: bool = False) -> BackgroundPrefill:
     tenant.queued_cost["stream" if waiting_tpot else "bulk"] = 500.0
     queue.backlogged["x"] = tenant
     queue.num_queued, queue.num_waiting_tpot = 1, int(waiting_tpot)
-    return BackgroundPrefill(SLACK, queue)
+    return BackgroundPrefill(queue)
 
 
 def test_a_step_of_background_prefill_only_is_shaped_short():

@@ -318,7 +318,7 @@ def test_budget_shaper_finds_the_largest_fitting_multiple_and_decode_count():
 def test_prefill_shaper_shapes_for_running_decodes_and_holds_heavy_ones_for_a_light_prefill():
     p = Parts()
     shaper = PrefillShaper(CONTRACT, BudgetShaper(PROFILE.cost), p.roster, p.meter, p.wfq, p.queue, p.slos,
-                           BackgroundPrefill(CONTRACT, p.queue))
+                           BackgroundPrefill(p.queue))
     assert shaper.prefill_budget((40, 20_000, []), 0.0) == 2048           # no decode with a TPOT SLO
     p.slos.start(_req("d", 0, "heavy", tpot_slo_s=0.05))
     shaped = shaper.prefill_budget((40, 20_000, []), 0.0)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 from typing import Final
 
-from ...contracts.contract import Contract
 from ...core.request import Request
 from ...core.stepcost import StepCost
 from .queue import WaitingQueue
@@ -58,8 +57,7 @@ class BackgroundPrefill:
     ``background_running`` -- decodes with a TPOT SLO run and a background prefill runs;
     ``deferred_since`` is empty unless ``foreground``."""
 
-    def __init__(self, contract: Contract, queue: WaitingQueue) -> None:
-        self.contract = contract
+    def __init__(self, queue: WaitingQueue) -> None:
         self.queue = queue
         self.tight_until_s = float("-inf")      # the engine is deadline-bound until then
         self.active = False

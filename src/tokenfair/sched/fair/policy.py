@@ -107,7 +107,7 @@ class FairPolicy(Policy):
         self.step_time = step_time = StepTimer(initial_step_s(profile))
         self.forecaster = WaitForecaster(contract, meter, queue, prefill_rate(costs, profile, full))
         self.accounting = Accounting(contract, costs, wfq, roster, meter, headroom, slos, step_time)
-        self.background = background = BackgroundPrefill(contract, queue)
+        self.background = background = BackgroundPrefill(queue)
         self.shaper = PrefillShaper(contract, BudgetShaper(profile.cost), roster, meter, wfq, queue, slos,
                                     background)
         self.urgency = Urgency(contract, profile, self.preemption, admission, roster, meter, wfq, step_time,
@@ -134,7 +134,6 @@ class FairPolicy(Policy):
         self.forecaster.prefill_rate = prefill_rate(self.costs, self.profile, full)
         self.accounting.contract = contract
         self.shaper.contract = contract
-        self.background.contract = contract
         self.shaper.shaper.last_shaped = 0      # the bisection's start, for the new budget
         self.urgency.contract = contract
         self.picker.min_grace_s = min_grace_s(contract)
