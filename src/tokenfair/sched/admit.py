@@ -5,7 +5,8 @@ moves requests between the policy's waiting queue and the running set; it counts
 
 * ``admit``: waiting requests in the policy's order while slots, prefill budget and KV allow
   (swapped ones are swapped back in); a candidate that does not fit blocks the queue
-  (``hol_blocking``) or only its tenant for this step; the policy may name an urgent victim;
+  (``hol_blocking``) or only its tenant for this step; one the policy gives no chunk
+  (``chunk_for`` 0) blocks its tenant for this step; the policy may name an urgent victim;
 * ``top_up_prefills``: prefill budget nobody else could use extends this step's chunks;
 * ``make_room`` / ``preempt``: evict the policy's victim (swap or recompute, by its choice
   and the host space) and put it back in the waiting queue.
@@ -82,6 +83,9 @@ class Admitter:
             fits_slot = len(running) < max_running
             swapped = cand.status is Status.SWAPPED
             n = 0 if swapped else min(cand.num_uncomputed, budget.prefill_left, policy.chunk_for(cand, now))
+            if not swapped and n <= 0:
+                blocked.add(cand.tenant)        # the policy gives it no chunk this step: it waits
+                continue
             if swapped:
                 fits_kv = pool.can_swap_in(cand)
             else:

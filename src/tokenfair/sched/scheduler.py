@@ -19,7 +19,8 @@ One call to :meth:`IterationScheduler.schedule` builds one engine step:
    in a row while others wait), evicting for KV when needed (``RunningPass``);
 3. waiting requests in the policy's order while slots, prefill budget and KV allow
    (swapped ones are swapped back in); a candidate that does not fit blocks the queue
-   (``hol_blocking``) or only its tenant for this step;
+   (``hol_blocking``) or only its tenant for this step, as does one the policy gives no
+   chunk (``chunk_for`` 0);
 4. if the policy names an urgent waiting request that could not start, it may evict one
    running request for it (cost-checked by the policy).  Steps 3-4 are ``Admitter.admit``.
 
