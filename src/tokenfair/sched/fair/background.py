@@ -105,7 +105,7 @@ class BackgroundPrefill:
     def yields_step(self, req: Request, now: float) -> bool:
         """``req``'s prefill (without a TPOT SLO) sits out a step that carries a foreground
         prefill, so that step lasts what the foreground prefill needs."""
-        return self.foreground_in_step and req.tpot_slo_s is None and self.held_within_bound(req, now)
+        return self.sits_out(req) and self.held_within_bound(req, now)
 
     def sits_out(self, req: Request) -> bool:
         """``req``'s prefill is background and the step being built carries a foreground
