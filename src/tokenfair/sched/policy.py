@@ -44,6 +44,9 @@ class Budget:
     def take_prefill(self, n: int) -> None:
         self.prefill_left -= n
 
+    def add_prefill(self, n: int) -> None:
+        self.prefill_left += n
+
 
 @dataclass(slots=True)
 class DecodeHold:
@@ -121,6 +124,12 @@ class Policy:
         """Decodes that give way in the step being built (asked right after
         :meth:`prefill_budget`); default None: every running decode runs."""
         return None
+
+    def extra_prefill_budget(self, prefills: list[tuple[Request, int]]) -> int:
+        """Prefill tokens the step may carry beyond :meth:`prefill_budget`'s, now that its
+        chunks (``prefills``, in schedule order) are chosen; the top-up extends those chunks
+        with them.  Default 0."""
+        return 0
 
     def defer_prefill(self, req: Request, now: float) -> bool:
         """Serve this running prefill's next chunk only after new admissions (default: no)."""

@@ -147,6 +147,8 @@ class IterationScheduler:
         if not out.preempted or policy.admit_after_preemption:
             self.admitter.admit(out, budget, eng.max_running, now)
         self._serve_deferred(deferred, out, budget, now)
+        if out.prefill:
+            budget.add_prefill(policy.extra_prefill_budget(out.prefill))
         if budget.prefill_left > 0 and out.prefill:
             self.admitter.top_up_prefills(out, budget)
         return out

@@ -112,6 +112,11 @@ class BackgroundPrefill:
         prefill (it sits the step out unless its tenant is owed service)."""
         return self.foreground_in_step and req.tpot_slo_s is None
 
+    def would_sit_out(self, req: Request) -> bool:
+        """``req``'s prefill is background and sits out this step if a foreground prefill
+        runs or is admitted in it (:meth:`sits_out` once one is)."""
+        return self.foreground and req.tpot_slo_s is None
+
     def takes_whole_budget(self, req: Request) -> bool:
         """A foreground prefill beside a background one may take the whole budget."""
         return self.background_running and req.tpot_slo_s is not None

@@ -6,7 +6,10 @@
   prefill is predicted on the longest cached prefix ``k`` among the running prefills that
   may run in the step (a background prefill that sits it out does not count): a chunk's
   attention over its prefix grows with ``k``, so the 20th chunk of a 20K prompt costs more
-  than the first, and a budget shaped for ``k = 0`` would overrun the target;
+  than the first, and a budget shaped for ``k = 0`` would overrun the target.  When that
+  prefix is a background prefill's that sits the step out (a foreground prompt is admitted),
+  the step may carry the budget shaped for the prefixes in it (``extra_budget``, checked on
+  the step's chunks), so the prompt is not cut for a prefix the step does not hold;
 * a light tenant's prefill may take all of it (it stays light only while its recent
   service plus what it still asks for, this prompt included, is clearly under its share);
   everything else is capped at ``chunk_size`` (a 20K prompt never holds a step);
@@ -43,7 +46,9 @@ class PrefillShaper:
     """This step's prefill budget, chunks, deferrals and decode hold.
 
     Invariants: ``hold`` is the decode hold of the step being built (set by
-    :meth:`prefill_budget`, None: none); ``light_prefilling``: a light tenant's prefill runs
+    :meth:`prefill_budget`, None: none); ``fg_extra``: (tokens, ``k_f``) -- the step may carry
+    ``tokens`` more if no chunk in it has a cached prefix over ``k_f`` (:meth:`extra_budget`);
+    ``light_prefilling``: a light tenant's prefill runs
     in it; ``admitted_prefills``: the requests admitted in prefill since the last
     :meth:`prefill_budget` (noted by :meth:`note_admitted`)."""
 
@@ -61,6 +66,7 @@ class PrefillShaper:
         self.hold: DecodeHold | None = None
         self.light_prefilling = False
         self.admitted_prefills: list[Request] = []
+        self.fg_extra = (0, 0)
 
     def note_admitted(self, req: Request) -> None:
         self.admitted_prefills.append(req)
@@ -75,6 +81,7 @@ class PrefillShaper:
         background is shaped shorter (``background.py``)."""
         budget = self.contract.engine.prefill_token_budget
         self.hold = None
+        self.fg_extra = (0, 0)
         n, ctx, prefilling = last_step
         admitted, self.admitted_prefills = self.admitted_prefills, []
         tenants, meter = self.roster.tenants, self.meter
@@ -88,16 +95,36 @@ class PrefillShaper:
         target = TPOT_MARGIN * slo
         if not self.light_prefilling:
             target = self.background.step_target(target, self.shaper.cost, ctx, n)
-        cached = 0                               # the prefill's attention over its cached prefix
+        cached = fg_cached = 0                   # the prefill's attention over its cached prefix
+        background = self.background
         for r in running:
-            if r.num_computed > cached and not self.background.sits_out(r):
+            if r.num_computed > cached and not self.sits_out_step(r, now):
                 cached = r.num_computed
-        if self.shaper.cost.chunk_s(budget, ctx, n, cached) <= target:
+            if r.num_computed > fg_cached and not background.would_sit_out(r):
+                fg_cached = r.num_computed
+        cost = self.shaper.cost
+        if cost.chunk_s(budget, ctx, n, cached) <= target:
             return budget
         if self.light_prefilling:
             self.hold = self.hold_heavy_decodes(budget, n, ctx, target, cached, now)
             return budget
-        return self.shaper.shaped(budget, ctx, n, target, cached)
+        shaped = self.shaper.shaped(budget, ctx, n, target, cached)
+        if fg_cached < cached:
+            fg = budget if cost.chunk_s(budget, ctx, n, fg_cached) <= target else \
+                self.shaper.shaped(budget, ctx, n, target, fg_cached)
+            self.fg_extra = (fg - shaped, fg_cached)
+        return shaped
+
+    def extra_budget(self, prefills: list[tuple[Request, int]]) -> int:
+        """The budget was shaped for the longest cached prefix ``k`` of a background prefill
+        that sits the step out if a foreground prefill is admitted; when none of the step's
+        chunks has a longer prefix than the foreground's ``k_f``, the step may carry the
+        budget shaped for ``k_f`` (``extra``; the top-up extends the chunks with it), so a
+        foreground prompt is not cut for a prefix that is not in the step."""
+        extra, fg_cached = self.fg_extra
+        if extra <= 0 or any(r.num_computed > fg_cached for r, _ in prefills):
+            return 0
+        return extra
 
     def hold_heavy_decodes(self, budget: int, n: int, ctx: int, target: float, cached: int,
                            now: float) -> DecodeHold:
@@ -121,13 +148,19 @@ class PrefillShaper:
         but the long light prompts are the light tenants' P99 (capped, whale's small tenants
         are at 2.30x isolated, against 1.82x)."""
         eng = self.contract.engine
-        if self.background.yields_step(req, now) and not self.meter.under_share(self.roster.tenants[req.tenant], now):
-            return 0                            # background, not owed service: sits out this step
+        if self.sits_out_step(req, now):
+            return 0
         if self.background.takes_whole_budget(req):
             return eng.prefill_token_budget
         if self.meter.is_light(self.roster.tenants[req.tenant], now, req):
             return eng.prefill_token_budget
         return eng.chunk_size
+
+    def sits_out_step(self, req: Request, now: float) -> bool:
+        """``req``'s prefill is background and sits out this step: it carries a foreground
+        prefill, ``req`` may be held once more, and its tenant is not owed service."""
+        return (self.background.yields_step(req, now)
+                and not self.meter.under_share(self.roster.tenants[req.tenant], now))
 
     def defer_prefill(self, req: Request, now: float) -> bool:
         """A running prefill of a tenant that is not light waits behind the new admissions

@@ -256,6 +256,9 @@ class FairPolicy(Policy):
     def chunk_for(self, req: Request, now: float) -> int:
         return self.shaper.chunk_for(req, now)
 
+    def extra_prefill_budget(self, prefills: list[tuple[Request, int]]) -> int:
+        return self.shaper.extra_budget(prefills)
+
     def defer_prefill(self, req: Request, now: float) -> bool:
         return self.shaper.defer_prefill(req, now)
 
