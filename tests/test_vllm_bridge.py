@@ -292,3 +292,32 @@ def test_step_log_writes_one_line_per_step(tmp_path, monkeypatch):
     assert (row["reqs"], row["tokens"], row["prefills"], row["prefill_tokens"], row["new"]) == (2, 21, 1, 20, 1)
     assert row["tenants"] == {"a": 1, "b": 1} and row["budget"] == 256 and row["chunk"] == 64
     assert row["step_ms"] >= row["schedule_ms"] >= 0
+
+
+def test_a_request_the_policy_gives_no_chunk_waits_for_the_step():
+    """A background prefill (no TPOT SLO) of a tenant served more than its share sits out a
+    step that carries a streaming prompt (``chunk_for`` 0): it does not start in that step,
+    as in the simulator's admitter, and starts in a later one."""
+    contract = {**CONTRACT, "tenants": {"s": {"default_class": "interactive"}, "d": {"default_class": "batch"}},
+                "classes": {"batch": {"priority": 0}, "interactive": {"priority": 20, "tpot_slo_s": 0.05}}}
+    clock = Clock()
+    b = bridge(contract=contract, clock=clock)
+    running: list = []
+    b.arrive(vreq("d0", "d", prompt=2000, max_tokens=40))
+    b.arrive(vreq("s0", "s", prompt=16, max_tokens=40))
+    while admit_next(b, running, set()) is not None:
+        pass
+    for _ in range(3):
+        run_step(b, running, clock)                 # d0 prefilled: d is served far over s
+    b.arrive(vreq("s1", "s", prompt=64, max_tokens=4))
+    b.arrive(vreq("d1", "d", prompt=64, max_tokens=4))
+    b.before_step(running, 200)
+    started = []
+    while (v := admit_next(b, running, set())) is not None:
+        started.append(v.request_id)
+    assert started == ["s1"]
+    d1 = b.by_id["d1"]
+    assert b.policy.chunk_for(d1, clock.t) == 0 and not b.can_start(d1, len(running), clock.t)
+    run_step(b, running, clock)
+    b.before_step(running, 200)                     # no streaming prompt in this step
+    assert admit_next(b, running, set()).request_id == "d1"

@@ -104,10 +104,10 @@ class PolicyBridge:
 
     # -- admission --------------------------------------------------------------------
     def can_start(self, req: Request, num_running: int, now: float) -> bool:
-        """May ``req`` start now (its tenant's quotas, the reservations, KV for its first
-        chunk)?  A query: nothing is counted or changed."""
+        """May ``req`` start now (the policy gives it a chunk this step, its tenant's quotas,
+        the reservations, KV for its first chunk)?  A query: nothing is counted or changed."""
         n = min(req.num_uncomputed, self.policy.chunk_for(req, now))
-        return (self.policy.can_admit(req, now, num_running)
+        return (n > 0 and self.policy.can_admit(req, now, num_running)
                 and self.policy.kv_blocks_to_admit(req, n) <= self.pool.num_free)
 
     def eligible(self, req: Request, num_running: int, now: float) -> bool:

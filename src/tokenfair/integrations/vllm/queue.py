@@ -55,7 +55,8 @@ class PolicyQueue(RequestQueue):
 
     def _work_conserving(self) -> Request | None:
         """Every waiting tenant is held back: the policy's first candidate within its hard
-        limits (concurrency, KV quota, token rate, free KV) starts anyway.  The headroom a
+        limits (concurrency, KV quota, token rate, free KV) that the policy gives a chunk
+        this step starts anyway.  The headroom a
         held-back tenant leaves free protects tenants *with requests waiting*; when none is
         waiting, a free slot would only idle (vLLM admits nothing else this step)."""
         policy, bridge, now = self.bridge.policy, self.bridge, self.now
@@ -64,7 +65,7 @@ class PolicyQueue(RequestQueue):
             req = policy.pick(now, tried)
             if req is None:
                 return None
-            if bridge.within_hard_limits(req, now):
+            if bridge.within_hard_limits(req, now) and policy.chunk_for(req, now) > 0:
                 bridge.counts["work_conserving"] += 1
                 return req
             tried.add(req.tenant)
