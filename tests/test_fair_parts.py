@@ -6,7 +6,7 @@ import math
 import pytest
 
 from tokenfair.contracts.contract import parse_contract
-from tokenfair.core.costmodel import Profile
+from tokenfair.core.costmodel import BUILTIN_PROFILES, Profile
 from tokenfair.core.kv import BlockPool
 from tokenfair.core.reasons import ReasonCode
 from tokenfair.core.request import Request, Status
@@ -313,6 +313,16 @@ def test_budget_shaper_finds_the_largest_fitting_multiple_and_decode_count():
     assert shaper.shaped(2048, 20_000, 40, 0.0) == MIN_PREFILL_BUDGET     # nothing fits: the floor
     m = shaper.decodes_that_fit(2048, 100, 50_000, step(2048, 10_000, 20))
     assert m == 20
+
+
+def test_budget_shaper_side_question_leaves_the_hint_alone():
+    cost = BUILTIN_PROFILES["llama3-8b-a100"].cost          # a roofline: the prefix k costs attention
+    shaper = BudgetShaper(cost)
+    target = cost.chunk_s(1024, 20_000, 40)
+    assert shaper.shaped(2048, 20_000, 40, target) == 1024
+    side = shaper.shaped(2048, 20_000, 40, target, k=8_000, remember=False)
+    assert side < 1024 and shaper.last_shaped == 1024                    # the next step's hint stays
+    assert shaper.shaped(2048, 20_000, 40, target, k=8_000) == side and shaper.last_shaped == side
 
 
 def test_prefill_shaper_shapes_for_running_decodes_and_holds_heavy_ones_for_a_light_prefill():

@@ -149,8 +149,8 @@ class IterationScheduler:
         self._serve_deferred(deferred, out, budget, now)
         if out.prefill:
             budget.add_prefill(policy.extra_prefill_budget(out.prefill))
-        if budget.prefill_left > 0 and out.prefill:
-            self.admitter.top_up_prefills(out, budget)
+            if budget.prefill_left > 0:
+                self.admitter.top_up_prefills(out, budget)
         return out
 
     def _pass(self, out: SchedulerOutput, budget: Budget, now: float, honor_cap: bool,

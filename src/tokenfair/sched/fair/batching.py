@@ -111,7 +111,7 @@ class PrefillShaper:
         shaped = self.shaper.shaped(budget, ctx, n, target, cached)
         if fg_cached < cached:
             fg = budget if cost.chunk_s(budget, ctx, n, fg_cached) <= target else \
-                self.shaper.shaped(budget, ctx, n, target, fg_cached)
+                self.shaper.shaped(budget, ctx, n, target, fg_cached, remember=False)
             self.fg_extra = (fg - shaped, fg_cached)
         return shaped
 

@@ -13,8 +13,8 @@ SHAPING_GRANULARITY: Final = 64
 
 
 class BudgetShaper:
-    """Invariant: ``last_shaped`` is the last budget :meth:`shaped` found by bisection
-    (0 before the first); ``cost.chunk_s(c, ctx, n, k) == profile.step_s([(c, k)], ctx, n)``.
+    """Invariant: ``last_shaped`` is the last budget :meth:`shaped` found by bisection with
+    ``remember`` (0 before the first); ``cost.chunk_s(c, ctx, n, k) == profile.step_s([(c, k)], ctx, n)``.
     ``k`` is the cached context the step's prefill is predicted on (``batching.py``)."""
 
     __slots__ = ("cost", "last_shaped")
@@ -23,14 +23,15 @@ class BudgetShaper:
         self.cost = cost
         self.last_shaped = 0
 
-    def shaped(self, budget: int, ctx: int, n: int, target: float, k: int = 0) -> int:
+    def shaped(self, budget: int, ctx: int, n: int, target: float, k: int = 0, remember: bool = True) -> int:
         """The largest multiple of 64 in [MIN_PREFILL_BUDGET, budget) whose predicted step
         fits ``target`` (MIN_PREFILL_BUDGET if none; ``budget`` itself if it is at most
         MIN_PREFILL_BUDGET), given ``cost.chunk_s(budget) > target``.  The step time is
         monotone in the chunk (every float operation of the cost model is), so bisection
         finds exactly that; the previous answer is tried first -- it is the answer iff it
         fits (or is the minimum) and 64 more does not (or reaches the budget): two
-        evaluations where consecutive steps agree, else O(log budget) by bisection."""
+        evaluations where consecutive steps agree, else O(log budget) by bisection.
+        ``remember=False``: a side question (another prefix) that leaves the hint alone."""
         if budget <= MIN_PREFILL_BUDGET:
             return budget                        # the floor is the whole budget: never more
         cost = self.cost
@@ -49,7 +50,8 @@ class BudgetShaper:
                 lo = mid
             else:
                 hi = mid
-        self.last_shaped = lo
+        if remember:
+            self.last_shaped = lo
         return lo
 
     def decodes_that_fit(self, budget: int, n: int, ctx: int, target: float, k: int = 0) -> int:
