@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..contracts.contract import Contract, parse_contract
 from ..serve.auth import KeyRing, hash_key
-from .bench_latency import format_latency, latency_bench, pcts
+from .bench_latency import format_latency, latency_bench, pcts, script_latency
 from .redis_server import RedisServer
 from .rehearsal import FleetSpec, StopRule, closed_loop, shares, start_fleet
 
@@ -119,36 +119,6 @@ def plot_fairness(rows: list[dict], path: Path) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-
-
-def script_latency(url: str, num_ops: int = 2000, num_tenants: int = 8) -> dict:
-    """The dispatch path's share of the Redis cost: ``num_ops`` dispatch scripts (each
-    followed by its completion, off the timed path) from one asyncio client over loopback,
-    ``num_tenants`` tenants backlogged; P50 / P99 of the dispatch round trip."""
-    import redis.asyncio as aioredis
-
-    from .model import Completion, DispatchAsk
-    from .redis_store import RedisStore
-
-    async def run() -> list[float]:
-        client = aioredis.from_url(url)
-        store = RedisStore(client, "script-latency")
-        tenants = tuple(f"t{i}" for i in range(num_tenants))
-        times = []
-        for i in range(num_ops):
-            t = tenants[i % num_tenants]
-            ask = DispatchAsk(op_id=f"d{i}", lease_id=f"l{i}", gateway="g", tenant=t, weight=1.0, cost_pred=40.0,
-                              cost_max=40.0, rate=1e9, burst=1e9, max_concurrency=64, backend="b", window=64,
-                              lease_ttl_s=5.0, credit=2048.0, backlog=tenants)
-            start = time.perf_counter()
-            await store.dispatch(ask)
-            times.append(time.perf_counter() - start)
-            await store.complete(Completion(op_id=f"c{i}", lease_id=ask.lease_id, tenant=t, weight=1.0, backend="b",
-                                            cost_pred=40.0, cost_max=40.0, cost_actual=40.0, rate=1e9, burst=1e9,
-                                            credit=2048.0, dispatch_op=ask.op_id))
-        await client.aclose()
-        return times[100:]                       # after the script cache and connection warm up
-    return pcts(asyncio.run(run()))
 
 
 def run_bench(out: Path, gateways: list[int], latencies_ms: list[float], duration_s: float, rate: float,

@@ -12,7 +12,11 @@ one of the two gateways at random.  Per path:
   * TTFT and end-to-end latency as the client sees them.
 
 The added latency is the Redis path's figure minus the plain path's, per run; the report
-gives the median over runs of each.  Redis calls per request come from Redis's command
+gives the median over runs of each.  Next to it, the floor any Redis path pays: one dispatch
+script's round trip from an asyncio client doing nothing else (``script_latency``), back to
+back and after ``IDLE_GAP_S`` of idling before each call, as a gateway between arrivals
+idles (a process woken from idle, and the redis-server it calls, take longer to answer than
+a busy one).  Redis calls per request come from Redis's command
 statistics: dispatch scripts (the request's path) and all scripts (with the completion,
 heartbeats and views, off the path) per request released.
 """
@@ -36,6 +40,8 @@ from .redis_server import RedisServer, free_port
 TRANSPORTS = ("tcp", "unix")
 WARMUP_S = 2.0
 KEY = "bench-key"
+IDLE_GAP_S = 0.05                 # idling before each call of the idle round trip (10-20 requests/s)
+NUM_IDLE_CALLS = 400              # 100 of them warm up: 300 timed, 20 s of idling
 
 
 def pcts(xs: list[float]) -> dict:
@@ -53,6 +59,50 @@ def _holds(path: Path) -> list[float]:
     recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return [r["scheduled_s"] - r["arrival_s"] for r in recs
             if r.get("scheduled_s") is not None and r.get("arrival_s", 0.0) >= WARMUP_S]
+
+
+def script_latency(url: str, num_ops: int = 2000, num_tenants: int = 8, gap_s: float = 0.0) -> dict:
+    """The dispatch path's share of the Redis cost: ``num_ops`` dispatch scripts (each
+    followed by its completion, off the timed path) from one asyncio client over loopback,
+    ``num_tenants`` tenants backlogged, ``gap_s`` of idling before each; P50 / P99 of the
+    dispatch round trip."""
+    import redis.asyncio as aioredis
+
+    from .model import Completion, DispatchAsk
+    from .redis_store import RedisStore
+
+    async def run() -> list[float]:
+        client = aioredis.from_url(url)
+        store = RedisStore(client, "script-latency")
+        tenants = tuple(f"t{i}" for i in range(num_tenants))
+        times = []
+        for i in range(num_ops):
+            t = tenants[i % num_tenants]
+            ask = DispatchAsk(op_id=f"d{i}", lease_id=f"l{i}", gateway="g", tenant=t, weight=1.0, cost_pred=40.0,
+                              cost_max=40.0, rate=1e9, burst=1e9, max_concurrency=64, backend="b", window=64,
+                              lease_ttl_s=5.0, credit=2048.0, backlog=tenants)
+            if gap_s > 0:
+                await asyncio.sleep(gap_s)
+            start = time.perf_counter()
+            await store.dispatch(ask)
+            times.append(time.perf_counter() - start)
+            await store.complete(Completion(op_id=f"c{i}", lease_id=ask.lease_id, tenant=t, weight=1.0, backend="b",
+                                            cost_pred=40.0, cost_max=40.0, cost_actual=40.0, rate=1e9, burst=1e9,
+                                            credit=2048.0, dispatch_op=ask.op_id))
+        await client.aclose()
+        return times[100:]                       # after the script cache and connection warm up
+    return pcts(asyncio.run(run()))
+
+
+def round_trip_floor(workdir: Path, transport: str, num_idle_calls: int = NUM_IDLE_CALLS) -> dict:
+    """One dispatch script's round trip over ``transport``, back to back and after
+    :data:`IDLE_GAP_S` of idling before each call (a fresh redis-server)."""
+    srv = RedisServer(workdir / f"floor-{transport}", persist=False, unix_socket=transport == "unix").start()
+    try:
+        return {"back_to_back": script_latency(srv.url),
+                "after_idle": script_latency(srv.url, num_ops=num_idle_calls, gap_s=IDLE_GAP_S)}
+    finally:
+        srv.stop()
 
 
 def latency_run(rate: float, duration_s: float, workdir: Path, seed: int = 0, transport: str = "tcp") -> dict:
@@ -100,8 +150,11 @@ def latency_run(rate: float, duration_s: float, workdir: Path, seed: int = 0, tr
 
 
 def latency_bench(rate: float, duration_s: float, workdir: Path, runs: int = 3,
-                  transports: tuple[str, ...] = TRANSPORTS) -> dict:
-    """``runs`` runs per transport (alternating), and the median of every figure over them."""
+                  transports: tuple[str, ...] = TRANSPORTS, num_idle_calls: int = NUM_IDLE_CALLS) -> dict:
+    """``runs`` runs per transport (alternating), and the median of every figure over them;
+    first, each transport's round-trip floor."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    floor = {t: round_trip_floor(workdir, t, num_idle_calls) for t in transports}
     per: dict[str, list[dict]] = {t: [] for t in transports}
     for i in range(runs):
         for t in transports:
@@ -114,6 +167,7 @@ def latency_bench(rate: float, duration_s: float, workdir: Path, runs: int = 3,
                   "paths": {p: {m: {q: med(lambda r, p=p, m=m, q=q: r[p][m][q]) for q in ("p50_ms", "p99_ms")}
                                 for m in ("hold", "ttft", "e2e")} for p in ("plain", "redis")},
                   "redis_scripts_per_request": med(lambda r: r["redis_scripts_per_request"]),
+                  "round_trip": floor[t],
                   "errors": sum(sum(r["errors"].values()) for r in rs)}
     return out
 
@@ -138,6 +192,13 @@ def format_latency(lat: dict) -> str:
                  + ", ".join(f"{t} {lat[t]['redis_scripts_per_request']}" for t in TRANSPORTS if t in lat)
                  + " (one dispatch on the path; the rest off it); errors: "
                  + ", ".join(f"{t} {lat[t]['errors']}" for t in TRANSPORTS if t in lat))
+    for t in TRANSPORTS:
+        rt = lat.get(t, {}).get("round_trip")
+        if rt:
+            b, i = rt["back_to_back"], rt["after_idle"]
+            lines.append(f"one dispatch script's round trip over {t}, p50 / p99 (ms): back to back "
+                         f"{b['p50_ms']} / {b['p99_ms']} ({b['n']} calls), after {1000 * IDLE_GAP_S:g} ms idle "
+                         f"{i['p50_ms']} / {i['p99_ms']} ({i['n']} calls)")
     return "\n".join(lines)
 
 
