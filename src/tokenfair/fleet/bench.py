@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..contracts.contract import Contract, parse_contract
 from ..serve.auth import KeyRing, hash_key
-from .bench_latency import format_latency, latency_bench, pcts, script_latency
+from .bench_latency import format_latency, latency_bench, script_latency
 from .redis_server import RedisServer
 from .rehearsal import FleetSpec, StopRule, closed_loop, shares, start_fleet
 
