@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..contracts.contract import Contract, parse_contract
 from ..serve.auth import KeyRing, hash_key
-from .bench_latency import format_latency, latency_bench, script_latency
+from .bench_latency import format_latency, latency_bench, round_trip_floor
 from .redis_server import RedisServer
 from .rehearsal import FleetSpec, StopRule, closed_loop, shares, start_fleet
 
@@ -126,14 +126,13 @@ def run_bench(out: Path, gateways: list[int], latencies_ms: list[float], duratio
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="tf-bench-fleet-") as tmp:
         work = Path(tmp)
-        srv = RedisServer(work / "redis-script", persist=False).start()
-        try:
-            script = script_latency(srv.url)
-        finally:
-            srv.stop()
         rows = fairness_table(gateways, latencies_ms, duration_s, work, repeats)
-        latency = latency_bench(rate, latency_duration_s, work / "latency", runs=repeats) \
-            if latency_duration_s > 0 else None
+        if latency_duration_s > 0:        # it times the bare round trip over each transport first
+            latency = latency_bench(rate, latency_duration_s, work / "latency", runs=repeats)
+            script = latency["tcp"]["round_trip"]["back_to_back"]
+        else:
+            latency = None
+            script = round_trip_floor(work, "tcp", num_idle_calls=0)["back_to_back"]
     plot_fairness(rows, out / "fleet_fairness.png")
     result = {"fairness": rows, "latency": latency, "dispatch_script": script, "cpus": os.cpu_count(),
               "config": {"duration_s": duration_s, "clients_per_tenant": CLIENTS_PER_TENANT, "weights": WEIGHTS,
