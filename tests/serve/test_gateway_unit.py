@@ -160,12 +160,13 @@ def test_gateway_queue_full_deadline_and_disconnects(h):
             # a running request whose client leaves is cancelled at the backend too
             with httpx.stream("POST", url, headers=h.auth("a"), timeout=10,
                               json={"prompt": "p", "max_tokens": 2000, "stream": True}) as resp:
-                # 2,000 tokens take the backend 40 s: still running however slowly this client reads
+                # 2,000 tokens take the backend 40 s: still running however slowly this client
+                # reads.  The line iterator is kept open: leaving a ``for`` over it closes it,
+                # and with it the connection, so the gateway could cancel before the check below
+                lines = resp.iter_lines()
                 got = 0
-                for line in resp.iter_lines():
-                    got += line.startswith("data: ")
-                    if got == 2:
-                        break
+                while got < 2:
+                    got += next(lines).startswith("data: ")
                 stats = fake.state.stats
                 assert h.wait_until(lambda: stats["active"] == 1, 5), \
                     {k: stats[k] for k in ("active", "served", "queued", "order")}
