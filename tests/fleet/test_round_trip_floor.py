@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from tokenfair.fleet.bench_latency import format_latency, round_trip_floor, script_latency
+from tokenfair.fleet.bench_latency import busy_host_warning, format_latency, round_trip_floor, script_latency
 
 
 def test_idle_round_trips_idle_before_each_call(redis_server):
@@ -29,4 +29,12 @@ def test_floor_is_reported_beside_the_gateway_figures(redis_binary, tmp_path):
                    "round_trip": floor}}
     text = format_latency(lat)
     assert "one dispatch script's round trip over tcp" in text
+    assert "busy" not in text                     # no load average before the runs: no warning
     assert f"after 50 ms idle {floor['after_idle']['p50_ms']} / {floor['after_idle']['p99_ms']} (5 calls)" in text
+
+
+def test_a_busy_host_is_named_beside_the_figures():
+    assert busy_host_warning({"load_average_before": 0.9, "cpus": 2}) == ""
+    warn = busy_host_warning({"load_average_before": 1.9, "cpus": 2})
+    assert "load average 1.9 on 2 CPUs" in warn and "P99" in warn
+    assert busy_host_warning({"load_average_before": 1.9, "cpus": 4}) == ""

@@ -43,6 +43,7 @@ KEY = "bench-key"
 IDLE_GAP_S = 0.05                 # idling before each call of the idle round trip (10-20 requests/s)
 WARMUP_CALLS = 100                # untimed first calls: the script cache and the connection warm up
 NUM_IDLE_CALLS = 400              # WARMUP_CALLS of them untimed: 300 timed, 20 s of idling
+BUSY_LOAD_PER_CPU = 0.5           # a load average over this x CPUs before the runs: a busy host
 
 
 def pcts(xs: list[float]) -> dict:
@@ -158,12 +159,14 @@ def latency_bench(rate: float, duration_s: float, workdir: Path, runs: int = 3,
     """``runs`` runs per transport (alternating), and the median of every figure over them;
     first, each transport's round-trip floor."""
     workdir.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()[0]
     floor = {t: round_trip_floor(workdir, t, num_idle_calls) for t in transports}
     per: dict[str, list[dict]] = {t: [] for t in transports}
     for i in range(runs):
         for t in transports:
             per[t].append(latency_run(rate, duration_s, workdir, seed=i, transport=t))
-    out: dict = {"rate": rate, "duration_s": duration_s, "runs": runs, "load_average": os.getloadavg()[0]}
+    out: dict = {"rate": rate, "duration_s": duration_s, "runs": runs, "load_average": os.getloadavg()[0],
+                 "load_average_before": load_before, "cpus": os.cpu_count() or 1}
     for t, rs in per.items():
         med = lambda f: round(statistics.median(f(r) for r in rs), 2)  # noqa: E731
         out[t] = {"runs": rs,
@@ -196,6 +199,9 @@ def format_latency(lat: dict) -> str:
                  + ", ".join(f"{t} {lat[t]['redis_scripts_per_request']}" for t in TRANSPORTS if t in lat)
                  + " (one dispatch on the path; the rest off it); errors: "
                  + ", ".join(f"{t} {lat[t]['errors']}" for t in TRANSPORTS if t in lat))
+    busy = busy_host_warning(lat)
+    if busy:
+        lines.append(busy)
     for t in TRANSPORTS:
         rt = lat.get(t, {}).get("round_trip")
         if rt:
@@ -204,6 +210,17 @@ def format_latency(lat: dict) -> str:
                          f"{b['p50_ms']} / {b['p99_ms']} ({b['n']} calls), after {1000 * IDLE_GAP_S:g} ms idle "
                          f"{i['p50_ms']} / {i['p99_ms']} ({i['n']} calls)")
     return "\n".join(lines)
+
+
+def busy_host_warning(lat: dict) -> str:
+    """A line saying the host was busy before the runs ('' when it was not): then a P99 is
+    set by stalls in which a process waits for a core, and the Redis path, which needs two
+    processes scheduled instead of one, pays them more often than the plain path."""
+    load, cpus = lat.get("load_average_before"), lat.get("cpus") or 1
+    if load is None or load <= BUSY_LOAD_PER_CPU * cpus:
+        return ""
+    return (f"warning: the host was busy before the runs (load average {load:.1f} on {cpus} CPUs): "
+            f"the P99 figures measure its stalls as much as Redis; run the benchmark alone")
 
 
 async def poisson(rate: float, duration_s: float, urls: dict[str, str], key: str, seed: int,
