@@ -17,6 +17,11 @@ from tokenfair.integrations.vllm_metrics import read_counters
 BURST = [TenantLoad("heavy_a", 18, 5, 32), TenantLoad("heavy_b", 18, 5, 32),
          TenantLoad("light", 3, 1, 8, start_s=4.0, spacing_s=1.0, klass="interactive")]
 RUNS = 3
+# a run starts at least this long after the same server's previous run: two fair-policy
+# time constants (its share meter's share_tau_s, 10 s), so what a tenant received at the
+# end of the last burst, alone while the other had finished, has decayed to 14% and does
+# not make the other "light" (preferred, up to the WFQ credit) at the start of the next
+REST_S = 20.0
 HEAVY = ("heavy_a", "heavy_b")
 MAX_NUM_SEQS = 6            # as conftest starts both servers
 
@@ -28,7 +33,7 @@ def engine_work(vllm_servers):
     urls = {name: vllm_servers[name].url for name in ("stock", "plugin")}
     before = {name: read_counters(url) for name, url in urls.items()}
     runs = {name: [summarize(results, HEAVY, slots=MAX_NUM_SEQS) for results in bursts]
-            for name, bursts in run_in_turn(urls, BURST, RUNS).items()}
+            for name, bursts in run_in_turn(urls, BURST, RUNS, rest_s=REST_S).items()}
     return {"runs": runs, "counters": {name: read_counters(url).delta(before[name]) for name, url in urls.items()}}
 
 

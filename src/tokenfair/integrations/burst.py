@@ -119,17 +119,25 @@ def run_burst(url: str, loads: list[TenantLoad], model: str = "smollm2",
 
 
 def run_in_turn(urls: dict[str, str], loads: list[TenantLoad], rounds: int, model: str = "smollm2",
-                keys: dict[str, dict[str, str] | None] | None = None) -> dict[str, list[list[Result]]]:
+                keys: dict[str, dict[str, str] | None] | None = None,
+                rest_s: float = 0.0) -> dict[str, list[list[Result]]]:
     """The same workload on each server alone, one after the other, ``rounds`` times, the order
     reversed every other round (A B, B A, ...), so a drift in the machine's other load falls on
     both sides alike.  Each server has the machine to itself while it runs: two servers side
     by side share its CPUs unevenly (each one's API process, tokenizer and engine compete with
-    the other's).  ``keys``: per server name, or none."""
+    the other's).  ``keys``: per server name, or none.  ``rest_s``: a server's run starts at
+    least this long after its previous one ended (the reversal puts a server's runs back to
+    back at each round's turn), so a scheduler that remembers recent service (the fair
+    policy's share meter) starts each run from the same rested state."""
     out: dict[str, list[list[Result]]] = {name: [] for name in urls}
     names = list(urls)
+    last_end: dict[str, float] = {}
     for i in range(rounds):
         for name in (names if i % 2 == 0 else names[::-1]):
+            if name in last_end:
+                time.sleep(max(0.0, last_end[name] + rest_s - time.monotonic()))
             out[name].append(run_burst(urls[name], loads, model, (keys or {}).get(name)))
+            last_end[name] = time.monotonic()
     return out
 
 
