@@ -124,11 +124,13 @@ def plot_fairness(rows: list[dict], path: Path) -> None:
 def run_bench(out: Path, gateways: list[int], latencies_ms: list[float], duration_s: float, rate: float,
               latency_duration_s: float, repeats: int = 1) -> dict:
     out.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()[0]      # the fairness runs below load the host themselves
     with tempfile.TemporaryDirectory(prefix="tf-bench-fleet-") as tmp:
         work = Path(tmp)
         rows = fairness_table(gateways, latencies_ms, duration_s, work, repeats)
         if latency_duration_s > 0:        # it times the bare round trip over each transport first
-            latency = latency_bench(rate, latency_duration_s, work / "latency", runs=repeats)
+            latency = latency_bench(rate, latency_duration_s, work / "latency", runs=repeats,
+                                    load_before=load_before)
             script = latency["tcp"]["round_trip"]["back_to_back"]
         else:
             latency = None

@@ -155,11 +155,14 @@ def latency_run(rate: float, duration_s: float, workdir: Path, seed: int = 0, tr
 
 
 def latency_bench(rate: float, duration_s: float, workdir: Path, runs: int = 3,
-                  transports: tuple[str, ...] = TRANSPORTS, num_idle_calls: int = NUM_IDLE_CALLS) -> dict:
+                  transports: tuple[str, ...] = TRANSPORTS, num_idle_calls: int = NUM_IDLE_CALLS,
+                  load_before: float | None = None) -> dict:
     """``runs`` runs per transport (alternating), and the median of every figure over them;
-    first, each transport's round-trip floor."""
+    first, each transport's round-trip floor.  ``load_before``: the host's load average before
+    the caller's own work began (default: read now)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    load_before = os.getloadavg()[0]
+    if load_before is None:
+        load_before = os.getloadavg()[0]
     floor = {t: round_trip_floor(workdir, t, num_idle_calls) for t in transports}
     per: dict[str, list[dict]] = {t: [] for t in transports}
     for i in range(runs):
