@@ -1,7 +1,9 @@
-"""Fleet comparison on Mooncake's conversation trace: three ways to run N replicas.
+"""Fleet comparison on Mooncake's conversation trace (or another trace with prefix hashes):
+three ways to run N replicas.
 
     python scripts/fleet_compare.py [--replicas 8] [--tenants 20] [--rate-scale 1.0]
                                     [--max-requests N] [--seed 0] [--cache-tokens N] [--gateway-window N]
+                                    [--workload mooncake|mooncake:synthetic]
 
   prefix+gateway  prefix-aware router (load bound 1.5), the fair gateway in front, FIFO per replica
   rr+vtc          round-robin router, VTC per replica (each replica its own counters)
@@ -42,6 +44,7 @@ def _fmt(v, spec="{:.3f}"):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workload", default="mooncake", help="a trace with prefix hashes (default: mooncake)")
     ap.add_argument("--replicas", type=int, default=8)
     ap.add_argument("--tenants", type=int, default=20)
     ap.add_argument("--rate-scale", type=float, default=1.0)
@@ -53,7 +56,7 @@ def main() -> None:
     ap.add_argument("--cache-tokens", type=int, default=None,
                     help="prefix cache per replica in tokens (default: the replica's KV capacity)")
     args = ap.parse_args()
-    wl = load_workload("mooncake", seed=args.seed, num_tenants=args.tenants)
+    wl = load_workload(args.workload, seed=args.seed, num_tenants=args.tenants)
     if args.rate_scale != 1.0:
         wl = scale_rate(wl, args.rate_scale)
     if args.max_requests:
@@ -62,7 +65,7 @@ def main() -> None:
     profile = load_profile(None)
     counts = {t: sum(1 for r in wl.rows if r.tenant == t) for t in wl.tenants}
     light = sorted(counts, key=lambda t: (counts[t], t))[: len(counts) // 2]
-    print(f"mooncake conversation, {len(wl.rows)} requests, {len(counts)} tenants, rate x{args.rate_scale}, "
+    print(f"{args.workload}, {len(wl.rows)} requests, {len(counts)} tenants, rate x{args.rate_scale}, "
           f"{args.replicas} replicas, profile {profile.name}; light tenants: {', '.join(light)}")
     print("| configuration | throughput tok/s | cache hit rate | Jain min | light P99 TTFT worst (s) "
           "| P99 TTFT (s) | routing imbalance | rejected | wall s |")
