@@ -31,6 +31,8 @@ def test_floor_is_reported_beside_the_gateway_figures(redis_binary, tmp_path):
     assert "one dispatch script's round trip over tcp" in text
     assert "busy" not in text                     # no load average before the runs: no warning
     assert f"after 50 ms idle {floor['after_idle']['p50_ms']} / {floor['after_idle']['p99_ms']} (5 calls)" in text
+    del floor["after_idle"]                       # num_idle_calls=0: the back-to-back figure alone
+    assert "back to back" in format_latency(lat) and "idle" not in format_latency(lat)
 
 
 def test_a_busy_host_is_named_beside_the_figures():

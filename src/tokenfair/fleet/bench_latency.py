@@ -208,10 +208,10 @@ def format_latency(lat: dict) -> str:
     for t in TRANSPORTS:
         rt = lat.get(t, {}).get("round_trip")
         if rt:
-            b, i = rt["back_to_back"], rt["after_idle"]
+            b, i = rt["back_to_back"], rt.get("after_idle")      # none when num_idle_calls was 0
+            idle = f", after {1000 * IDLE_GAP_S:g} ms idle {i['p50_ms']} / {i['p99_ms']} ({i['n']} calls)" if i else ""
             lines.append(f"one dispatch script's round trip over {t}, p50 / p99 (ms): back to back "
-                         f"{b['p50_ms']} / {b['p99_ms']} ({b['n']} calls), after {1000 * IDLE_GAP_S:g} ms idle "
-                         f"{i['p50_ms']} / {i['p99_ms']} ({i['n']} calls)")
+                         f"{b['p50_ms']} / {b['p99_ms']} ({b['n']} calls){idle}")
     return "\n".join(lines)
 
 
