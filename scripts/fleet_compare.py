@@ -1,11 +1,13 @@
 """Fleet comparison on Mooncake's conversation trace (or another trace with prefix hashes):
-three ways to run N replicas.
+four ways to run N replicas.
 
     python scripts/fleet_compare.py [--replicas 8] [--tenants 20] [--rate-scale 1.0]
                                     [--max-requests N] [--seed 0] [--cache-tokens N] [--gateway-window N]
                                     [--workload mooncake|mooncake:synthetic]
 
   prefix+gateway  prefix-aware router (load bound 1.5), the fair gateway in front, FIFO per replica
+  prefix+gateway+hold  the same, and a request waits up to 2 s (``--locality-hold``) for the
+                  replica holding half or more of its prompt when that replica has no room
   rr+vtc          round-robin router, VTC per replica (each replica its own counters)
   dlpm-style      locality first (prefix-aware, load bound 4), VTC per replica: DLPM's
                   "deficit counters x longest prefix match" approximated by prefix placement
@@ -33,6 +35,8 @@ from tokenfair.workloads.traces import limit, load_workload, scale_rate
 
 CONFIGS = {
     "prefix+gateway": ("fifo", dict(router="prefix-aware", fleet_policy="fair", load_bound=1.5)),
+    "prefix+gateway+hold": ("fifo", dict(router="prefix-aware", fleet_policy="fair", load_bound=1.5,
+                                         locality_hold_s=2.0)),
     "rr+vtc": ("vtc", dict(router="round-robin")),
     "dlpm-style": ("vtc", dict(router="prefix-aware", load_bound=4.0)),
 }
@@ -55,6 +59,9 @@ def main() -> None:
                     help="prefix+gateway: a fixed window per replica (default: the gateway's saturation-driven one)")
     ap.add_argument("--cache-tokens", type=int, default=None,
                     help="prefix cache per replica in tokens (default: the replica's KV capacity)")
+    ap.add_argument("--locality-hold", type=float, default=None,
+                    help="prefix+gateway+hold: seconds a request may wait for the replica holding its prefix "
+                         "(default 2)")
     args = ap.parse_args()
     wl = load_workload(args.workload, seed=args.seed, num_tenants=args.tenants)
     if args.rate_scale != 1.0:
@@ -74,6 +81,8 @@ def main() -> None:
         policy, opts = CONFIGS[name]
         if opts.get("fleet_policy") == "fair":
             opts = {**opts, "gateway_window": args.gateway_window}
+        if "locality_hold_s" in opts and args.locality_hold is not None:
+            opts = {**opts, "locality_hold_s": args.locality_hold}
         cfg = FleetConfig(num_replicas=args.replicas, prefix_cache=True, cache_tokens=args.cache_tokens, **opts)
         t0 = time.perf_counter()
         s = simulate_fleet(wl, policy, contract, profile, cfg, isolated=False).summary

@@ -54,7 +54,8 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
              prefix_cache: bool = typer.Option(False, help="fleet: cache prompt prefix blocks (hash_ids) per replica"),
              gateway_window: Optional[int] = typer.Option(None, min=1, help="fleet gateway: a fixed window of requests in flight per replica (default: the gateway's saturation-driven window)"),
              cached_discount: float = typer.Option(0.1, help="fleet gateway: charge for a cached prompt token (0-1)"),
-             load_bound: float = typer.Option(1.5, help="prefix-aware router: load bound (x the least load + 1)")) -> None:
+             load_bound: float = typer.Option(1.5, help="prefix-aware router: load bound (x the least load + 1)"),
+             locality_hold: float = typer.Option(0.0, help="fleet gateway: seconds a request may wait for the replica holding half or more of its prompt (0: off)")) -> None:
     """Simulate one policy on a workload; write requests.jsonl, summary.json, timeline.json."""
     from ..runtime.progress import stderr_progress
     from ..runtime.output import summary_table, write_run
@@ -64,7 +65,7 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
         from ..sched.registry import make_policy
         make_policy(policy)
         fleet = None if replicas is None else fleet_config(replicas, router, fleet_policy, prefix_cache,
-                                                           gateway_window, cached_discount, load_bound)
+                                                           gateway_window, cached_discount, load_bound, locality_hold)
     except USER_ERRORS as err:
         fail(error_message(err))
     report_skipped(wl)

@@ -13,16 +13,17 @@ if TYPE_CHECKING:
 
 
 def fleet_config(replicas: int, router: str, fleet_policy: str, prefix_cache: bool, gateway_window: int | None,
-                 cached_discount: float, load_bound: float = 1.5) -> "FleetConfig":
+                 cached_discount: float, load_bound: float = 1.5, locality_hold: float = 0.0) -> "FleetConfig":
     from ..sim.fleet import FleetConfig
     try:
         return FleetConfig(num_replicas=replicas, router=router, fleet_policy=fleet_policy,
                            prefix_cache=prefix_cache, gateway_window=gateway_window,
-                           cached_discount=cached_discount, load_bound=load_bound)
+                           cached_discount=cached_discount, load_bound=load_bound,
+                           locality_hold_s=locality_hold)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(x) for x in first.get("loc", ())) or "fleet options"
-        names = {"num_replicas": "replicas"}
+        names = {"num_replicas": "replicas", "locality_hold_s": "locality_hold"}
         msg = str(first["msg"]).removeprefix("Value error, ")
         raise ValueError(f"--{names.get(where, where).replace('_', '-')}: {msg}") from None
 

@@ -40,16 +40,23 @@ def begin_round(policy: Policy, now: float, last_round_s: float,
 
 
 def next_candidate(policy: Policy, now: float, num_running: int, max_running: int, blocked: set[str],
-                   choose: Callable[[Request | None, int], BackendT | None]
+                   choose: Callable[[Request | None, int], BackendT | None],
+                   holds: Callable[[Request], bool] | None = None
                    ) -> tuple[Request, BackendT, int] | tuple[()] | None:
     """The next release of a round: (request, backend, predicted tokens); ``()`` when the
-    policy cannot admit the picked tenant now (it joins ``blocked``: ask again); None when the
-    round is over (nothing waiting, no room, or ``hol_blocking`` stops it)."""
+    policy cannot admit the picked tenant now, or ``holds`` keeps the picked request back for
+    this round (its tenant joins ``blocked``: ask again); None when the round is over (nothing
+    waiting, no room, or ``hol_blocking`` stops it at a request it cannot release)."""
     if not policy.num_waiting() or num_running >= max_running or choose(None, 0) is None:
         return None
     cand = policy.pick(now, blocked)
     if cand is None:
         return None
+    if holds is not None and holds(cand):
+        if policy.hol_blocking:
+            return None
+        blocked.add(cand.tenant)
+        return ()
     tokens = cand.prompt_tokens + cand.predicted_remaining
     backend = choose(cand, tokens)
     if backend is None:
@@ -73,10 +80,12 @@ def admit(policy: Policy, cand: Request, now: float) -> None:
 
 def release_round(policy: Policy, now: float, num_running: int, max_running: int,
                   choose: Callable[[Request | None, int], BackendT | None],
-                  release: Callable[[Request, BackendT, int], None]) -> int:
-    """Release waiting requests while a backend has room; returns the new number running."""
+                  release: Callable[[Request, BackendT, int], None],
+                  holds: Callable[[Request], bool] | None = None) -> int:
+    """Release waiting requests while a backend has room; returns the new number running.
+    ``holds(req)``: keep the picked ``req`` (and its tenant) back for this round."""
     blocked: set[str] = set()
-    while (nxt := next_candidate(policy, now, num_running, max_running, blocked, choose)) is not None:
+    while (nxt := next_candidate(policy, now, num_running, max_running, blocked, choose, holds)) is not None:
         if nxt:
             cand, backend, tokens = nxt
             admit(policy, cand, now)

@@ -56,6 +56,8 @@ class FleetConfig(BaseModel):
     cache_block_tokens: int = Field(default=MOONCAKE_BLOCK_TOKENS, ge=1)
     cached_discount: float = Field(default=DEFAULT_CACHED_DISCOUNT, ge=0.0, le=1.0)
     load_bound: float = Field(default=DEFAULT_LOAD_BOUND, ge=1.0)
+    # the fair gateway: how long a request may wait for the replica holding its prefix (0: off)
+    locality_hold_s: float = Field(default=0.0, ge=0.0)
 
     @field_validator(*_NAMED_CHOICES)
     @classmethod
@@ -118,7 +120,7 @@ def simulate_fleet_once(workload: Workload, policy: str, contract: Contract, pro
     with gc_paused():
         if config.fleet_policy == "fair":
             gate = FleetGate(config.gateway_policy, contract, profile, len(replicas), config.gateway_window,
-                             config.cached_discount)
+                             config.cached_discount, config.locality_hold_s)
             _run_gated(rows, contract, replicas, router, gate, final, replica_of, report)
         else:
             run_routed(rows, contract, replicas, router, final, replica_of, report)

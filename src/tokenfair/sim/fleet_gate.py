@@ -8,6 +8,15 @@ through the gateway's own dispatch code (``sched/gateway_round.py``).
             wake-up: while a replica has room in its window, the policy picks the next
             request and the router picks the replica among those with room; the replica gets
             a fresh request for the same trace row;
+  locality  with ``locality_hold_s`` > 0: a request goes to the replica whose prefix cache
+            holds the most of its prompt (at least ``LOCALITY_MIN_FRACTION``) when that
+            replica has room, whatever the router says; when it has none, the request is held
+            back (``release_round``'s ``holds``: its tenant is skipped for the round, the
+            others go on) until the holder has room or ``locality_hold_s`` has passed since it
+            was first held, then it goes wherever the router sends it.  So a request waits at
+            most ``locality_hold_s`` more than it would without the hold, and the hold never
+            gives its tenant more than the fair order does.  (``tokenfair gateway`` cannot
+            see its backends' prefix caches and holds nothing.)
   window    per replica, the gateway's default (``sched/backend_window.py``, the code
             ``tokenfair gateway`` runs): saturation-driven, from a reading of the replica's
             queue, running count and KV use at the first round ``poll_s`` after the last
@@ -52,12 +61,13 @@ from .routers import Router
 
 TPOT_EWMA_WEIGHT = 0.1          # the gateway's per-backend EWMA weight (gateway_backend)
 UNBOUNDED_BLOCKS = 1 << 36      # the gateway holds no KV
+LOCALITY_MIN_FRACTION = 0.5    # a replica holding this much of a prompt is worth waiting for
 IDLE_POLL_S = 0.05              # the gateway's poll while requests wait (gateway_dispatch)
 
 
 class FleetGate:
     def __init__(self, policy: str, contract: Contract, profile: Profile, num_replicas: int,
-                 window: int | None, cached_discount: float) -> None:
+                 window: int | None, cached_discount: float, locality_hold_s: float = 0.0) -> None:
         """``window``: a fixed window per replica, or None for the gateway's default
         (saturation-driven, at most ``engine.max_running``)."""
         self.window = window
@@ -66,6 +76,9 @@ class FleetGate:
         self.windows = None if window is not None else [
             SaturationWindow(WindowConfig(max=float(max_window)), SaturationConfig()) for _ in range(num_replicas)]
         self.cached_discount = cached_discount
+        self.locality_hold_s = locality_hold_s
+        # requests held back for the replica holding their prefix: seq -> (when first held, request)
+        self.held: dict[int, tuple[float, Request]] = {}
         # the replicas' contract scaled to the fleet, as an operator sets the gateway's
         engine = contract.engine.model_copy(update={
             "max_running": self.max_running,
@@ -107,25 +120,67 @@ class FleetGate:
             self._read_replicas(replicas, now)
         limits = [self.window] * len(replicas) if self.windows is None else [w.limit for w in self.windows]
 
+        def has_room(r: Replica, req: Request | None) -> bool:
+            if len(self.pending[r.index]) >= limits[r.index]:
+                return False
+            return req is None or self.windows is None or self._admits_prompt(r.index, req.prompt_tokens, now)
+
         def choose(req: Request | None, tokens: int) -> Replica | None:
-            room = [r for r in replicas if len(self.pending[r.index]) < limits[r.index]]
-            if req is not None and self.windows is not None:
-                room = [r for r in room if self._admits_prompt(r.index, req.prompt_tokens, now)]
+            room = [r for r in replicas if has_room(r, req)]
             if not room:
                 return None
             if req is None:
                 return room[0]
+            holder = self._holder(req, replicas, hashes_of)
+            if holder is not None and has_room(holder, req):
+                return holder
             return replicas[router.choose(room, hashes_of(req))]
 
+        def holds(req: Request) -> bool:
+            holder = self._holder(req, replicas, hashes_of)
+            if holder is None or has_room(holder, req):
+                return False
+            since = self.held.setdefault(req.seq, (now, req))[0]
+            return now - since < self.locality_hold_s
+
         def hand_over(req: Request, replica: Replica, tokens: int) -> None:
+            self.held.pop(req.seq, None)
             rr = release(req, replica, now)
             cached = replica.engine.cached_tokens.get(rr, 0)
             self.pending[replica.index].append((req, rr, cached))
             self.unstarted[replica.index].append((req, rr, cached))
 
-        self.num_running = release_round(self.policy, now, self.num_running, self.max_running, choose, hand_over)
+        self.num_running = release_round(self.policy, now, self.num_running, self.max_running, choose, hand_over,
+                                         holds if self.locality_hold_s > 0 else None)
         wake = self.policy.next_wakeup(now) if self.policy.num_waiting() else math.inf
+        if self.held:
+            wake = min(wake, self._next_hold_end(now))
         self.wake_s = max(wake, now + IDLE_POLL_S) if wake < math.inf else wake
+
+    def _next_hold_end(self, now: float) -> float:
+        """When the next held request's hold ends (inf: none still to end); forgets the held
+        requests that no longer wait (expired).  O(held)."""
+        self.held = {seq: (since, req) for seq, (since, req) in self.held.items() if req.status is Status.WAITING}
+        ends = [since + self.locality_hold_s for since, _ in self.held.values()]
+        return min((t for t in ends if t > now), default=math.inf)
+
+    def _holder(self, req: Request, replicas: Sequence[Replica],
+                hashes_of: Callable[[Request], Sequence[int]]) -> Replica | None:
+        """The replica whose prefix cache holds the most of ``req``'s prompt, when that is at
+        least ``LOCALITY_MIN_FRACTION`` of it (None: no replica does; ties: lowest index)."""
+        if self.locality_hold_s <= 0:
+            return None
+        hashes = hashes_of(req)
+        if not hashes:
+            return None
+        best, best_blocks = None, 0
+        for r in replicas:
+            b = r.cached_prefix(hashes)
+            if b > best_blocks:
+                best, best_blocks = r, b
+        if best is None or best_blocks < LOCALITY_MIN_FRACTION * len(hashes):
+            return None
+        return best
 
     # -- the windows ------------------------------------------------------------------------------
     def _read_replicas(self, replicas: Sequence[Replica], now: float) -> None:

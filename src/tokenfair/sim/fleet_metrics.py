@@ -119,5 +119,6 @@ def fleet_summary(run: FleetRun, config: FleetConfig, makespan_s: float) -> dict
     if run.gate is not None:
         out["gateway"] = {"policy": config.gateway_policy, "window_per_replica": run.gate.window,
                           "cached_token_discount": config.cached_discount,
+                          "locality_hold_s": config.locality_hold_s,
                           "ended_at_gateway": sum(1 for k in run.replica_of if k is None)}
     return out
