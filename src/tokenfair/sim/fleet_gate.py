@@ -125,19 +125,28 @@ class FleetGate:
                 return False
             return req is None or self.windows is None or self._admits_prompt(r.index, req.prompt_tokens, now)
 
+        # (candidate, its holder) as ``holds`` found it: ``choose`` asks next about the same
+        # candidate, and nothing is released in between (performance: one scan of the caches)
+        last: list[tuple[Request, Replica | None]] = []
+
+        def holder_of(req: Request) -> Replica | None:
+            if not (last and last[0][0] is req):
+                last[:] = [(req, self._holder(req, replicas, hashes_of))]
+            return last[0][1]
+
         def choose(req: Request | None, tokens: int) -> Replica | None:
             room = [r for r in replicas if has_room(r, req)]
             if not room:
                 return None
             if req is None:
                 return room[0]
-            holder = self._holder(req, replicas, hashes_of)
+            holder = holder_of(req)
             if holder is not None and has_room(holder, req):
                 return holder
             return replicas[router.choose(room, hashes_of(req))]
 
         def holds(req: Request) -> bool:
-            holder = self._holder(req, replicas, hashes_of)
+            holder = holder_of(req)
             if holder is None or has_room(holder, req):
                 return False
             since = self.held.setdefault(req.seq, (now, req))[0]
@@ -145,6 +154,7 @@ class FleetGate:
 
         def hand_over(req: Request, replica: Replica, tokens: int) -> None:
             self.held.pop(req.seq, None)
+            last.clear()                      # its blocks enter the replica's cache
             rr = release(req, replica, now)
             cached = replica.engine.cached_tokens.get(rr, 0)
             self.pending[replica.index].append((req, rr, cached))
