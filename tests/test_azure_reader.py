@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from tokenfair.workloads import readers
 from tokenfair.workloads.traces import parse_timestamp_ns, read_azure
 from tokenfair.workloads.workload import WorkloadError, parse_number
 
@@ -79,3 +80,53 @@ def test_timestamp_equals_timegm():
                  "2023-01-32 00:00:00", "2023-01-01 00:60:00", "2023-01-01 00:00:61"):
         with pytest.raises(WorkloadError, match="not a valid date/time"):
             parse_timestamp_ns(text)
+
+
+def test_a_parsed_minute_reads_its_rows_by_slicing_to_the_same_value():
+    """The fast path (a minute seen before) gives what the full parse gives, and every text
+    the full parse rejects is rejected: mutations of timestamps whose minute is cached."""
+    rng = random.Random(11)
+    base = "2023-11-16 18:15:46.6805900"
+    primed = base[:16] + ":00"
+    for _ in range(3000):
+        chars = list(base)
+        for _ in range(rng.randint(0, 3)):
+            i = rng.randrange(len(chars) + 1)
+            op = rng.random()
+            if op < 0.4 and i < len(chars):
+                chars[i] = rng.choice("0123456789 .:-T\u00b2x\t")
+            elif op < 0.7:
+                chars.insert(i, rng.choice("0123456789 .:"))
+            elif i < len(chars):
+                del chars[i]
+        text = "".join(chars)[:rng.randint(15, 32)]
+        readers._MINUTE_SECS.clear()
+        try:
+            full = parse_timestamp_ns(text)
+        except WorkloadError as err:
+            full = str(err)
+        for prime in (primed, text[:16] + ":00.0"):
+            try:
+                parse_timestamp_ns(prime)              # caches the minute when it parses
+            except WorkloadError:
+                pass
+        try:
+            fast = parse_timestamp_ns(text)
+        except WorkloadError as err:
+            fast = str(err)
+        assert fast == full, text
+
+    class CountingPattern:                             # the full parse's regex, counted
+        calls = 0
+
+        def match(self, text):
+            CountingPattern.calls += 1
+            return pattern.match(text)
+
+    pattern, readers._TS = readers._TS, CountingPattern()
+    try:
+        readers._MINUTE_SECS.clear()
+        first = parse_timestamp_ns(primed)
+        assert parse_timestamp_ns(base) == first + 46_680_590_000 and CountingPattern.calls == 1
+    finally:
+        readers._TS = pattern

@@ -16,7 +16,7 @@ import typer
 from .common import USER_ERRORS, error_message, fail, report_skipped
 from .options import options_in_place
 from .workload_options import ShapingOptions, resolve_inputs
-from ..evaluation.compare import DEFAULT_POLICIES
+from ..sched.registry import DEFAULT_POLICIES
 
 _DEFAULT = ",".join(DEFAULT_POLICIES)
 

@@ -24,12 +24,11 @@ from ..contracts.contract import Contract
 from ..core.costmodel import Profile, load_profile
 from .goodput import vs_baseline
 from ..runtime.output import write_run
-from ..sched.registry import make_policy
+from ..sched.registry import DEFAULT_POLICIES, make_policy
 from .table import compare_table
 from .thresholds import Thresholds, evaluate, load_thresholds
 from ..workloads.workload import Workload
 
-DEFAULT_POLICIES = ("fifo", "sjf", "priority", "vtc", "fair")
 
 Progress = Callable[[str], None] | None
 

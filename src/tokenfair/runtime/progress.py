@@ -6,13 +6,13 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 
 def stderr_progress(label: str) -> Callable[[int, int], None]:
-    """``show(i, n)``: ``i`` of ``n`` requests handed to the scheduler; the bar closes at n."""
+    """``show(i, n)``: ``i`` of ``n`` requests handed to the scheduler; the bar closes at n
+    (rich is imported only for a terminal)."""
     if not sys.stderr.isatty():
         return lambda i, n: None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    transient=False)
     task: list[int] = []

@@ -14,6 +14,9 @@ def _fifo() -> Policy:
 
 POLICIES: dict[str, Callable[[], Policy]] = {"fifo": _fifo}
 
+# what ``tokenfair compare`` and ``tokenfair demo`` run by default, in their tables' order
+DEFAULT_POLICIES = ("fifo", "sjf", "priority", "vtc", "fair")
+
 
 def register(name: str, factory: Callable[[], Policy]) -> None:
     POLICIES[name] = factory

@@ -13,11 +13,11 @@ import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, NamedTuple, TypeVar
+from typing import Callable, Final, Iterable, NamedTuple, TypeVar
 
 from tokenfair.workloads.gc_pause import with_gc_paused
 from tokenfair.workloads.transforms import spread_tenants
-from tokenfair.workloads.workload import (REQUIRED, TraceRow, Workload, WorkloadError, moved, parse_number, json_object,
+from tokenfair.workloads.workload import (REQUIRED, TraceRow, Workload, WorkloadError, moved, parse_number, plain_row, json_object,
                                 read_trace, row_from_mapping)
 
 
@@ -116,11 +116,23 @@ def _int_value(raw: object, field: str, where: str) -> int:
 _TS = re.compile(r"^\s*(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s*$")
 
 
+# performance: the seconds of each minute ``YYYY-MM-DD HH:MM`` parsed so far, so a trace's
+# rows (thousands a minute) are read by slicing; filled only from fully parsed timestamps
+_MINUTE_SECS: dict[str, int] = {}
+_NS_DIGITS: Final = 9
+
+
 def parse_timestamp_ns(text: str, where: str = "timestamp") -> int:
     """``2023-11-16 18:17:03.9799600`` -> integer nanoseconds (naive wall clock read as UTC).
 
-    Integer arithmetic: any number of fractional digits, exact to the nanosecond.
+    Integer arithmetic: any number of fractional digits, exact to the nanosecond.  A row in
+    a minute already parsed is read by slicing (the same value as the full parse).
     """
+    base = _MINUTE_SECS.get(text[:16]) if len(text) >= 19 else None
+    if base is not None and text[16] == ":" and text[17:19].isdigit() and text[17:19].isascii():
+        frac = text[20:]
+        if (len(text) == 19 or (text[19] == "." and frac.isdigit() and frac.isascii())) and int(text[17:19]) < 61:
+            return (base + int(text[17:19])) * 1_000_000_000 + int(frac[:_NS_DIGITS].ljust(_NS_DIGITS, "0"))
     m = _TS.match(text or "")
     if not m:
         raise WorkloadError(f"{where}: field 'TIMESTAMP': expected 'YYYY-MM-DD HH:MM:SS[.fraction]', got {text!r}")
@@ -133,6 +145,8 @@ def parse_timestamp_ns(text: str, where: str = "timestamp") -> int:
             raise ValueError
     except (ValueError, OverflowError):
         raise WorkloadError(f"{where}: field 'TIMESTAMP': not a valid date/time, got {text!r}") from None
+    if m.start(4) == 11 and m.end(5) == 16:          # 'YYYY-MM-DD HH:MM' exactly: remember the minute
+        _MINUTE_SECS[text[:16]] = secs - s
     return secs * 1_000_000_000 + int(frac)
 
 
@@ -165,11 +179,12 @@ def _azure_rows(path: Path, tenant: str, skipped: list[SkippedRow] | None) -> li
         width = len(names)
         out: list[tuple[int, str, int, int]] = []
         line = 1
+        path_text = str(path)
         for row in reader.reader:
             if not row:
                 continue
             line += 1
-            where = f"{path}:{line}"
+            where = f"{path_text}:{line}"
             n = len(row)
             try:
                 if n > width:
@@ -207,7 +222,7 @@ def read_azure_sources(sources: list[tuple[Path, str]], skip_bad_rows: bool) -> 
     if not stamped:
         raise WorkloadError(f"{', '.join(str(p) for p, _ in sources)}: no usable requests")
     ns0 = min(s[0] for s in stamped)
-    rows = [TraceRow(rid, (ns - ns0) / 1e9, tenant, prompt, output) for ns, rid, tenant, prompt, output in stamped]
+    rows = [plain_row(rid, (ns - ns0) / 1e9, tenant, prompt, output) for ns, rid, tenant, prompt, output in stamped]
     name = "azure" if len(sources) == 2 else f"azure-{sources[0][1]}"
     return finish_workload(name, rows, skipped, ", ".join(str(p) for p, _ in sources))
 

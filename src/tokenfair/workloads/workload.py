@@ -63,6 +63,23 @@ def _rebuilt_row(row: TraceRow, request_id: str, arrival_s: float, tenant: str) 
     return out
 
 
+def plain_row(request_id: str, arrival_s: float, tenant: str, prompt_tokens: int, output_tokens: int) -> TraceRow:
+    """``TraceRow(request_id, arrival_s, tenant, prompt_tokens, output_tokens)``, its other
+    fields at their defaults, by setting its slots (a trace reader's row)."""
+    out = _new_object(TraceRow)
+    _set_request_id(out, request_id)
+    _set_arrival_s(out, arrival_s)
+    _set_tenant(out, tenant)
+    _set_prompt_tokens(out, prompt_tokens)
+    _set_output_tokens(out, output_tokens)
+    _set_klass(out, None)
+    _set_deadline_s(out, None)
+    _set_priority(out, None)
+    _set_max_tokens(out, None)
+    _set_prefix_hashes(out, ())
+    return out
+
+
 def with_tenant(row: TraceRow, tenant: str) -> TraceRow:
     """``dataclasses.replace(row, tenant=tenant)`` without its per-call field introspection
     (every field passed; ``tests/test_workload.py`` checks it against ``replace``)."""
