@@ -13,7 +13,7 @@ from tokenfair.core.request import Request, Status
 from tokenfair.sched.fair.accounting import Accounting
 from tokenfair.sched.fair.admission import AdmissionControl
 from tokenfair.sched.fair.background import BackgroundPrefill
-from tokenfair.sched.fair.batching import PrefillShaper
+from tokenfair.sched.fair.batching import TPOT_MARGIN, PrefillShaper
 from tokenfair.sched.fair.costs import RequestCost
 from tokenfair.sched.fair.forecast import WaitForecaster
 from tokenfair.sched.fair.guarantee import FORCE_AFTER_S, ServiceGuarantee
@@ -379,6 +379,35 @@ def test_picker_serves_forced_heads_then_min_shares_then_wfq():
     assert picker.pick(0.2, set()) is rg and picker.pick(0.2, {"gold"}) is ra
     assert picker.forced(0.2) is None and picker.forced(FORCE_AFTER_S + 0.1) is ra   # starved past its grace
     assert picker.pick(FORCE_AFTER_S + 0.1, {"a"}) is rg and picker.reserve is ra   # blocked: room is kept
+
+
+def test_wait_forecast_counts_what_streams_give_up_while_a_backlog_runs_longer_steps():
+    """u' = u - n w_d (1/s - 1/s_b): the running decodes with a TPOT SLO of tenants that are
+    neither backlogged nor the forecast's own decode once a step, and a backlog's steps run at
+    TPOT_MARGIN x the tightest SLO instead of the recent step time."""
+    p = Parts()
+    fc = WaitForecaster(CONTRACT, p.meter, p.queue, 1000.0, p.step_time, p.slos, p.costs.wd)
+    plain = WaitForecaster(CONTRACT, p.meter, p.queue, 1000.0)
+    streams = [_req(f"s{i}", i, "s") for i in range(3)] + [_req("own", 3, "a"), _req("b0", 4, "b")]
+    for r in streams:
+        r.tpot_slo_s = 0.05                               # the target step: 0.8 x 0.05 = 0.04 s
+        p.slos.start(r)
+    p.step_time.ewma_s = 0.02
+    b = p.roster.tenant("b")
+    p.queue.push(_req("bq", 5, "b"), b, 0.0, 0.0)         # b is backlogged: its decode is not in u
+    given_up = 3 * p.costs.wd * (1 / 0.02 - 1 / (TPOT_MARGIN * 0.05))
+    assert fc.decode_rate_given_up(p.queue.backlogged, "a") == pytest.approx(given_up)
+    assert plain.decode_rate_given_up(p.queue.backlogged, "a") == 0.0
+    p.step_time.ewma_s = 0.05                             # steps already at or past the target
+    assert fc.decode_rate_given_up(p.queue.backlogged, "a") == 0.0
+    p.step_time.ewma_s = 0.02
+    a, s = p.roster.tenant("a"), p.roster.tenant("s")
+    for i in range(50):
+        p.queue.push(_req(f"q{i}", 10 + i, "a", prompt=2000), a, 0.0, 0.0)
+    p.meter.add(a, "interactive", 100.0, 0.0)
+    p.meter.add(s, "interactive", 3000.0, 99.0)           # the streams' recent service: u > 0
+    new = _req("new", 99, "a", max_wait_s=30.0)           # after the warm-up
+    assert 0.0 < fc.predicted_wait_s(a, new, 100.0) < plain.predicted_wait_s(a, new, 100.0)
 
 
 def test_wait_forecaster_sheds_only_after_warm_up_and_over_the_max_wait():

@@ -113,7 +113,7 @@ class AdmissionSpec(_Frozen):
     past its max wait anyway.  On by default because an overdue request costs its tenant the
     same engine work as an early 429 and, queued, it lengthens every later request's wait:
     on the built-in scenarios that shed, fair's in-time goodput is 1.0-1.6x what the same
-    policy gets with it off, at a shedding precision of 92-97% (``tokenfair bench shedding``,
+    policy gets with it off, at a shedding precision of 92-100% (``tokenfair bench shedding``,
     docs/BENCHMARKS.md).  Off until ``warmup_s`` of service."""
 
     shed_over_max_wait: bool = True

@@ -5,7 +5,11 @@ At a request's arrival, its tenant ``i`` has ``A`` predicted cost queued ahead o
 classes of at least the request's priority).  The engine serves ``C`` cost units per second
 (the larger of the measured rate and what a full step serves, per the cost model, with the
 last step's decodes).  Tenants that are not backlogged keep using what they use now, ``u``
-in total (their decayed recent service rate); the rest ``C - u`` is shared, as the WFQ
+in total (their decayed recent service rate), less what their ``n`` running decodes with a
+TPOT SLO give up while the backlog is served: each decodes once a step, and the backlog's
+steps run at the TPOT target ``s_b`` (``TPOT_MARGIN`` x the tightest TPOT SLO) instead of
+the recent step time ``s``, so ``u' = u - n w_d (1/s - 1/s_b)`` (``w_d`` the cost of a decode
+token; no change when ``s >= s_b``).  The rest ``C - u'`` is shared, as the WFQ
 shares it, by weight among the backlogged tenants, each of which stops competing when its
 queue ``Q_j`` is drained (generalised processor sharing); a tenant backlogged for longer
 than the statistics' time constant is taken to stay backlogged (``Q_j = inf``: its arrivals
@@ -13,7 +17,7 @@ go on).  With the backlogged tenants
 sorted by ``x_j = Q_j / w_j`` (those below ``A / w_i``), ``W_k`` the weight still
 competing after the first ``k`` drained and ``x_0 = 0``::
 
-    T_gps = sum_k (x_k - x_{k-1}) * W_{k-1} / (C - u)  +  (A / w_i - x_last) * W_last / (C - u)
+    T_gps = sum_k (x_k - x_{k-1}) * W_{k-1} / (C - u')  +  (A / w_i - x_last) * W_last / (C - u')
 
 The forecast is ``T_gps`` for a tenant that became backlogged less than a time constant
 ago (a burst: what it will get is what the others leave), and ``A / d_i`` for one backlogged
@@ -32,9 +36,12 @@ from typing import Final
 from ...contracts.contract import Contract
 from ...core.reasons import Reason, ReasonCode
 from ...core.request import Request
+from .batching import TPOT_MARGIN
 from .queue import WaitingQueue
 from .shares import ShareMeter
+from .steptime import StepTimer
 from .tenant import TenantState
+from .tpot import DecodeSLOs
 
 MIN_RATE: Final = 1e-9
 
@@ -72,15 +79,22 @@ def forecast_wait_s(ahead: float, weight: float, others: list[tuple[float, float
 
 
 class WaitForecaster:
-    """The inputs of :func:`forecast_wait_s` at an arrival, read from the share meter and
-    the waiting queue.  Invariant: ``prefill_rate`` is the cost per second of a step that
-    fills the contract's prefill budget (the cost model), fixed at bind."""
+    """The inputs of :func:`forecast_wait_s` at an arrival, read from the share meter, the
+    waiting queue, the recent step time and the running decodes with a TPOT SLO.
+    Invariant: ``prefill_rate`` is the cost per second of a step that fills the contract's
+    prefill budget (the cost model), fixed at bind; without ``step_time`` and
+    ``decode_slos``, ``u' = u``."""
 
-    def __init__(self, contract: Contract, meter: ShareMeter, queue: WaitingQueue, prefill_rate: float) -> None:
+    def __init__(self, contract: Contract, meter: ShareMeter, queue: WaitingQueue, prefill_rate: float,
+                 step_time: StepTimer | None = None, decode_slos: DecodeSLOs | None = None,
+                 decode_cost: float = 0.0) -> None:
         self.contract = contract
         self.meter = meter
         self.queue = queue
         self.prefill_rate = prefill_rate
+        self.step_time = step_time
+        self.decode_slos = decode_slos
+        self.decode_cost = decode_cost          # w_d
 
     def shed_reason(self, t: TenantState, req: Request, now: float) -> Reason | None:
         """Why ``req`` (with a max wait) is shed at arrival: its predicted wait exceeds
@@ -132,4 +146,25 @@ class WaitForecaster:
         capacity = rate if saturated else max(rate, self.prefill_rate)
         drain = t.decayed_admitted(now, tau) / tau
         persistent = t.name in backlogged and now - t.backlogged_since >= tau
-        return forecast_wait_s(ahead, t.weight, others, capacity, max(0.0, idle_use) / tau, drain, persistent)
+        idle_rate = max(0.0, max(0.0, idle_use) / tau - self.decode_rate_given_up(backlogged, t.name))
+        return forecast_wait_s(ahead, t.weight, others, capacity, idle_rate, drain, persistent)
+
+    def decode_rate_given_up(self, backlogged: dict[str, TenantState], own: str) -> float:
+        """``n w_d (1/s - 1/s_b)`` (module docstring): the cost per second that the running
+        decodes with a TPOT SLO of the tenants in ``u`` (neither in ``backlogged`` nor
+        ``own``, the forecast's tenant) give up while a backlog runs steps at the TPOT
+        target.  O(those decodes)."""
+        slos, timer = self.decode_slos, self.step_time
+        if slos is None or timer is None:
+            return 0.0
+        tightest = slos.tightest()
+        if tightest is None:
+            return 0.0
+        recent_s, target_s = timer.ewma_s, TPOT_MARGIN * tightest
+        if recent_s <= 0.0 or recent_s >= target_s:
+            return 0.0
+        n = 0
+        for r in slos.members:
+            if r.tenant not in backlogged and r.tenant != own:
+                n += 1
+        return n * self.decode_cost * (1.0 / recent_s - 1.0 / target_s)

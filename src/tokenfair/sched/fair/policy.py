@@ -105,7 +105,8 @@ class FairPolicy(Policy):
         self.headroom = headroom = Headroom(contract, pool, roster)
         self.decode_slos = slos = DecodeSLOs()
         self.step_time = step_time = StepTimer(initial_step_s(profile))
-        self.forecaster = WaitForecaster(contract, meter, queue, prefill_rate(costs, profile, full))
+        self.forecaster = WaitForecaster(contract, meter, queue, prefill_rate(costs, profile, full), step_time,
+                                         slos, costs.wd)
         self.accounting = Accounting(contract, costs, wfq, roster, meter, headroom, slos, step_time)
         self.background = background = BackgroundPrefill(queue)
         self.shaper = PrefillShaper(contract, BudgetShaper(profile.cost), roster, meter, wfq, queue, slos,
