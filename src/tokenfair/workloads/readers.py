@@ -129,10 +129,11 @@ def parse_timestamp_ns(text: str, where: str = "timestamp") -> int:
     a minute already parsed is read by slicing (the same value as the full parse).
     """
     base = _MINUTE_SECS.get(text[:16]) if len(text) >= 19 else None
-    if base is not None and text[16] == ":" and text[17:19].isdigit() and text[17:19].isascii():
-        frac = text[20:]
-        if (len(text) == 19 or (text[19] == "." and frac.isdigit() and frac.isascii())) and int(text[17:19]) < 61:
-            return (base + int(text[17:19])) * 1_000_000_000 + int(frac[:_NS_DIGITS].ljust(_NS_DIGITS, "0"))
+    if base is not None and text[16] == ":":
+        sec, frac = text[17:19], text[20:]
+        if (sec.isascii() and sec.isdigit() and int(sec) < 61
+                and (len(text) == 19 or (text[19] == "." and frac.isascii() and frac.isdigit()))):
+            return (base + int(sec)) * 1_000_000_000 + int(frac[:_NS_DIGITS].ljust(_NS_DIGITS, "0"))
     m = _TS.match(text or "")
     if not m:
         raise WorkloadError(f"{where}: field 'TIMESTAMP': expected 'YYYY-MM-DD HH:MM:SS[.fraction]', got {text!r}")

@@ -47,37 +47,34 @@ _new_object = object.__new__
     TraceRow.__dict__[f.name].__set__ for f in fields(TraceRow))
 
 
-def _rebuilt_row(row: TraceRow, request_id: str, arrival_s: float, tenant: str) -> TraceRow:
-    """``row`` with these three fields."""
-    out = _new_object(TraceRow)
-    _set_request_id(out, request_id)
-    _set_arrival_s(out, arrival_s)
-    _set_tenant(out, tenant)
-    _set_prompt_tokens(out, row.prompt_tokens)
-    _set_output_tokens(out, row.output_tokens)
-    _set_klass(out, row.klass)
-    _set_deadline_s(out, row.deadline_s)
-    _set_priority(out, row.priority)
-    _set_max_tokens(out, row.max_tokens)
-    _set_prefix_hashes(out, row.prefix_hashes)
-    return out
-
-
-def plain_row(request_id: str, arrival_s: float, tenant: str, prompt_tokens: int, output_tokens: int) -> TraceRow:
-    """``TraceRow(request_id, arrival_s, tenant, prompt_tokens, output_tokens)``, its other
-    fields at their defaults, by setting its slots (a trace reader's row)."""
+def _row(request_id: str, arrival_s: float, tenant: str, prompt_tokens: int, output_tokens: int,
+         klass: str | None, deadline_s: float | None, priority: float | None, max_tokens: int | None,
+         prefix_hashes: tuple[int, ...]) -> TraceRow:
+    """``TraceRow(...)`` of every field, by setting its slots."""
     out = _new_object(TraceRow)
     _set_request_id(out, request_id)
     _set_arrival_s(out, arrival_s)
     _set_tenant(out, tenant)
     _set_prompt_tokens(out, prompt_tokens)
     _set_output_tokens(out, output_tokens)
-    _set_klass(out, None)
-    _set_deadline_s(out, None)
-    _set_priority(out, None)
-    _set_max_tokens(out, None)
-    _set_prefix_hashes(out, ())
+    _set_klass(out, klass)
+    _set_deadline_s(out, deadline_s)
+    _set_priority(out, priority)
+    _set_max_tokens(out, max_tokens)
+    _set_prefix_hashes(out, prefix_hashes)
     return out
+
+
+def _rebuilt_row(row: TraceRow, request_id: str, arrival_s: float, tenant: str) -> TraceRow:
+    """``row`` with these three fields."""
+    return _row(request_id, arrival_s, tenant, row.prompt_tokens, row.output_tokens, row.klass, row.deadline_s,
+                row.priority, row.max_tokens, row.prefix_hashes)
+
+
+def plain_row(request_id: str, arrival_s: float, tenant: str, prompt_tokens: int, output_tokens: int) -> TraceRow:
+    """``TraceRow(request_id, arrival_s, tenant, prompt_tokens, output_tokens)``, its other
+    fields at their defaults (a trace reader's row)."""
+    return _row(request_id, arrival_s, tenant, prompt_tokens, output_tokens, None, None, None, None, ())
 
 
 def with_tenant(row: TraceRow, tenant: str) -> TraceRow:

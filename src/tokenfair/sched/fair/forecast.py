@@ -72,9 +72,14 @@ def forecast_wait_s(ahead: float, weight: float, others: list[tuple[float, float
                     idle_use: float, drain: float, persistent: bool) -> float:
     """``ahead / drain`` for a tenant backlogged for a time constant (``persistent``), else
     ``T_gps`` (module docstring)."""
-    if persistent and drain > MIN_RATE:
+    if not uses_gps(persistent, drain):
         return ahead / drain
     return gps_drain_s(ahead, weight, others, capacity - idle_use)
+
+
+def uses_gps(persistent: bool, drain: float) -> bool:
+    """The forecast is ``T_gps`` (it reads ``others`` and ``idle_use``), not ``A / d_i``."""
+    return not (persistent and drain > MIN_RATE)
 
 
 
@@ -146,7 +151,8 @@ class WaitForecaster:
         capacity = rate if saturated else max(rate, self.prefill_rate)
         drain = t.decayed_admitted(now, tau) / tau
         persistent = t.name in backlogged and now - t.backlogged_since >= tau
-        idle_rate = max(0.0, max(0.0, idle_use) / tau - self.decode_rate_given_up(backlogged, t.name))
+        given_up = self.decode_rate_given_up(backlogged, t.name) if uses_gps(persistent, drain) else 0.0
+        idle_rate = max(0.0, max(0.0, idle_use) / tau - given_up)
         return forecast_wait_s(ahead, t.weight, others, capacity, idle_rate, drain, persistent)
 
     def decode_rate_given_up(self, backlogged: dict[str, TenantState], own: str) -> float:
