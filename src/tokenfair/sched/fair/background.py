@@ -6,7 +6,10 @@ with a TPOT SLO run, the prefill of a request without a TPOT SLO is *background*
 prefill of one with a TPOT SLO *foreground*:
 
 * a background prefill waits behind foreground prefills and admissions (it is deferred: it
-  gets the budget they leave), and a foreground prefill beside it may take the whole budget;
+  gets the budget they leave), and a foreground prefill beside it may take the whole budget
+  -- unless its tenant is persistently owed service (backlogged for ``share_tau_s`` and under
+  its share, ``shares.py``): under a sustained foreground flood the budget left would hold
+  it below its weight share for as long as the flood lasts;
 * a step that carries a foreground prefill carries no background prefill (``yields_step``),
   so that the foreground request's first token comes after its own prefill's time, not after
   a full step of someone else's -- unless the background tenant is owed service (under its

@@ -168,11 +168,11 @@ class PrefillShaper:
         tenant recently served clearly less than its own tenant: a heavy tenant's long
         prefill cannot hold a light tenant's request back.  The deferred chunk gets the
         budget left after admissions.  First, background prefill waits behind foreground work
-        (``background.py``)."""
-        if self.background.defers(req, now):
-            return True
+        (``background.py``) unless its tenant is persistently owed service."""
         meter = self.meter
         mine = self.roster.tenants[req.tenant]
+        if self.background.defers(req, now) and not meter.persistently_owed(mine, now):
+            return True
         if meter.is_light(mine, now, req):
             return False
         if self.light_prefilling:

@@ -5,6 +5,8 @@
   ``recent_total / tau`` is the engine's service rate;
 * *under share* (``under_share``): recently served, per weight, clearly less than the most
   served active tenant -- it is owed service and exempt from the limits on heavy tenants;
+  *persistently owed* (``persistently_owed``): under share while backlogged for at least
+  ``share_tau_s``;
 * *light* (``is_light``): a tenant whose recent service plus what it still asks for
   (queued predicted cost, the remaining cost of the request at hand), per weight, is clearly
   less than the most served active tenant's -- below the max-min water level, so what it
@@ -60,11 +62,19 @@ class ShareMeter:
     def under_share(self, t: TenantState, now: float, level: float | None = None) -> bool:
         """``t`` was recently served, per weight, clearly less than the most served active
         tenant (below the max-min water level): it is owed service, so the limits meant for
-        heavy tenants (one long prefill at a time, decodes giving way) do not apply.  O(1).
+        heavy tenants (decodes giving way, background prefill sitting out steps) do not apply.
+        O(1).
         ``level``: ``self.level(now)`` when the caller has already read it."""
         if level is None:
             level = self.level(now)
         return level > 0.0 and t.decayed_recent(now, self.share_tau_s) / t.weight < LIGHT_FRACTION * level
+
+    def persistently_owed(self, t: TenantState, now: float) -> bool:
+        """``t`` has had waiting requests for at least ``share_tau_s`` and is under its share
+        (:meth:`under_share`): its recent service reflects its backlog, not a pause, so it is
+        owed service and no deferral meant for latency may keep it there.  O(1)."""
+        return (t.num_waiting > 0 and now - t.backlogged_since >= self.share_tau_s
+                and self.under_share(t, now))
 
     def is_light(self, t: TenantState, now: float, req: Request | None = None) -> bool:
         """A *light* tenant: even counting what it has asked for and not yet received (its
