@@ -214,7 +214,7 @@ class FairPolicy(Policy):
         eng = self.contract.engine
         if req.num_uncomputed > eng.chunk_size and not self.meter.is_light(t, now):
             long_prefills = sum(1 for r in t.running if r.num_uncomputed > eng.chunk_size)
-            if long_prefills >= eng.max_long_prefills_per_tenant:
+            if long_prefills >= self.roster.long_prefill_limit(t, eng.max_long_prefills_per_tenant):
                 return False
         keep = self.picker.reserve
         if keep is not None and keep.tenant != req.tenant and num_running + 2 > eng.max_running:

@@ -18,7 +18,8 @@ class TenantRoster:
     :meth:`touch`, which is called after every change of a tenant's waiting or running
     requests (and tells the starving guarantee, ``guarantee.py``); ``guaranteed`` and
     ``rate_limited`` are the tenants with a min share and with a token rate limit, in
-    first-seen order; ``total_weight`` the sum of all tenants' weights."""
+    first-seen order; ``total_weight`` the sum of all tenants' weights, ``min_weight`` the
+    least of them (inf: none seen)."""
 
     def __init__(self, contract: Contract, held: dict[str, int], admission: AdmissionControl,
                  guarantee: ServiceGuarantee) -> None:
@@ -30,6 +31,7 @@ class TenantRoster:
         self.guaranteed: list[TenantState] = []
         self.rate_limited: list[TenantState] = []
         self.total_weight = 0.0
+        self.min_weight = float("inf")
         self.active_weight = 0.0
         self.num_running = 0
 
@@ -44,6 +46,7 @@ class TenantRoster:
             if t.spec.rate_limit is not None:
                 self.rate_limited.append(t)
             self.total_weight += t.weight
+            self.min_weight = min(self.min_weight, t.weight)
         return t
 
     def touch(self, t: TenantState, now: float) -> None:
@@ -53,6 +56,13 @@ class TenantRoster:
         if active != t.active:
             t.active = active
             self.active_weight += t.weight if active else -t.weight
+
+    def long_prefill_limit(self, t: TenantState, per_tenant: int) -> int:
+        """How many long prefills ``t`` (not light) may run: ``per_tenant`` x
+        ``floor(w_t / w_min)``, at least ``per_tenant``.  The limit bounds a heavy tenant's
+        prefill rate; held to the rate of a tenant of the least weight, a tenant of twice that
+        weight would get less than its weight share while both are backlogged.  O(1)."""
+        return per_tenant * max(1, int(t.weight / self.min_weight))
 
     def start(self, t: TenantState, req: Request) -> None:
         t.running.add(req)
@@ -93,4 +103,5 @@ class TenantRoster:
             changes[name] = dw
         self.guaranteed = [t for t in self.tenants.values() if t.spec.min_share > 0]
         self.rate_limited = [t for t in self.tenants.values() if t.spec.rate_limit is not None]
+        self.min_weight = min((t.weight for t in self.tenants.values()), default=float("inf"))
         return changes
