@@ -91,7 +91,10 @@ class Admitter:
             else:
                 fits_kv = pool.can_add_blocks(policy.kv_blocks_to_admit(cand, n))
             if not (fits_slot and fits_kv and policy.can_admit(cand, now, len(running))):
-                victim = policy.urgent_victim(cand, running, now) if not out.preempted else None
+                # an eviction makes room, so it is tried only for a candidate the policy would
+                # admit with one request fewer running (not one held back for another reason)
+                victim = (policy.urgent_victim(cand, running, now)
+                          if not out.preempted and policy.can_admit(cand, now, len(running) - 1) else None)
                 if victim is not None:
                     running.remove(victim)
                     self.preempt(victim, out, now)

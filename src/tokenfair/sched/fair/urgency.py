@@ -6,8 +6,9 @@
   O(log n));
 * ``victim_for_kv``: the victim and the swap-or-recompute choice belong to
   ``preemption.PreemptionPolicy`` (lowest urgency, most over its share, least recovery cost);
-* ``urgent_victim``: an overdue or below-min-share waiting request may evict one running
-  request, only after the cool-down and when the wait it saves exceeds the recovery cost.
+* ``urgent_victim``: an overdue request of a tenant within its share, or a below-min-share
+  waiting request, may evict one running request, only after the cool-down and when the
+  wait it saves exceeds the recovery cost.
 """
 
 from __future__ import annotations
@@ -78,9 +79,12 @@ class Urgency:
         p = self.preemption
         if not running or not p.cooled_down(now):
             return None
-        overdue = cand.max_wait_s is not None and now - cand.enqueued_s >= cand.max_wait_s
         tenants = self.roster.tenants
         t = tenants[cand.tenant]
+        # overdue counts for a tenant within its share only (S_i <= V + C / w_i, as for forced
+        # service, guarantee.py): a flood's own overdue requests evict no one
+        overdue = (cand.max_wait_s is not None and now - cand.enqueued_s >= cand.max_wait_s
+                   and self.overshare(cand) <= self.wfq.credit / t.weight)
         # a guaranteed tenant below its share takes capacity back by eviction only when the
         # contract says so (borrowing.reclaim: preempt); otherwise by no longer admitting others
         evict_for_owner = self.contract.borrowing.reclaim == "preempt"
