@@ -155,3 +155,20 @@ def test_a_tenant_of_twice_the_weight_gets_its_share_with_longer_prompts():
     big = fairness["share_deviation"]["big"]
     assert fairness["jain_windows"] >= 2
     assert big["mean"] > -0.02 and big["max_abs"] < 0.035       # -0.035 and 0.050 before
+
+
+def test_a_starving_tenant_whose_head_does_not_fit_is_forced_its_smallest_request():
+    """Any request of a starving tenant ends its service gap; when the head's prompt does
+    not fit the free KV blocks, the tenant's smaller waiting request stands in (its room
+    comes sooner), and the head goes first whenever it fits."""
+    policy = make_policy("fair")
+    sched = IterationScheduler(policy, CONTRACT, PROFILE)
+    big = Request("big", 0, "t", "interactive", 0.0, 5000, 10, max_wait_s=MAX_WAIT_S)
+    small = Request("small", 1, "t", "interactive", 0.5, 100, 10, max_wait_s=MAX_WAIT_S)
+    sched.add_request(big, 0.0)
+    sched.add_request(small, 0.5)                 # later: the head is the older, bigger one
+    tenant = policy.roster.tenants["t"]
+    pool = sched.pool
+    assert policy.picker.starving_head(tenant, 1.0) is big          # the whole pool is free
+    pool.num_free = pool.blocks_for(200)
+    assert policy.picker.starving_head(tenant, 1.0) is small

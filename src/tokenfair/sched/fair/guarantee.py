@@ -9,7 +9,10 @@ virtual time by more than the carry-over credit).  Its head ``h`` is *forced* wh
   (b) the tenant has starved for ``g_i = min(FORCE_AFTER_S, FORCE_FRACTION * max_wait(h))``,
 
 and the tenant is within its share.  ``pick`` returns a forced head before anything else
-(overdue first, then the longest starving).  When it cannot be admitted for KV blocks or a
+(overdue first, then the longest starving).  For (b), when the head's prompt does not fit
+the free KV blocks, the tenant's waiting request with the fewest tokens stands in for it
+(``Picker.starving_head``): any of its requests ends the gap, and a smaller one's room
+comes sooner.  When it cannot be admitted for KV blocks or a
 slot, it becomes the *reservation*: until it is admitted, another tenant's request is
 admitted only if the reservation's blocks (its tokens + 1) and one slot stay free after it
 (room is made by not admitting, never by evicting: only an overdue head may evict,

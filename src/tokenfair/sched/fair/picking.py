@@ -3,16 +3,22 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from ...core.request import Request
 from .admission import AdmissionControl
 from .costs import RequestCost
 from .guarantee import ServiceGuarantee
-from .ordering import best_head
+from .ordering import best_head, live
 from .queue import WaitingQueue
 from .roster import TenantRoster
 from .shares import ShareMeter
 from .tenant import TenantState
 from .wfq import VirtualTimeWFQ
+
+
+# waiting requests of a starving tenant looked at for a stand-in (per class queue)
+STAND_IN_LOOK: Final = 64
 
 
 def _ttft_deadline(r: Request | None) -> tuple[float, int]:
@@ -72,7 +78,26 @@ class Picker:
             overdue: Request = e[-1]
             if due <= now and self.within_share(self.roster.tenants[overdue.tenant]):
                 return overdue
-        return self.guarantee.due(now, self.min_grace_s, lambda t: best_head(t.queues, now), self.within_share)
+        return self.guarantee.due(now, self.min_grace_s, lambda t: self.starving_head(t, now), self.within_share)
+
+    def starving_head(self, t: TenantState, now: float) -> Request | None:
+        """What a starving tenant is served first: its head, or -- when the head's prompt does
+        not fit the free KV blocks now -- its waiting request with the fewest tokens among the
+        first ``STAND_IN_LOOK`` entries of each class queue, if that one fits or is smaller.
+        Any of its requests ends its service gap, and the smaller one's room comes sooner
+        (the room a forced request waits for is its reservation).  O(1) when the head fits,
+        else O(classes x STAND_IN_LOOK)."""
+        head = best_head(t.queues, now)
+        pool = self.admission.pool
+        if head is None or pool.blocks_for(head.num_tokens + 1) <= pool.num_free:
+            return head
+        best = head
+        for q in t.queues.values():
+            for e in q.h[:STAND_IN_LOOK]:
+                r: Request = e[-1]
+                if live(e) and r.num_tokens < best.num_tokens:
+                    best = r
+        return best
 
     def below_guarantee(self, now: float, blocked: set[str]) -> Request | None:
         """The head of the guaranteed tenant or min-share class furthest below its min share
