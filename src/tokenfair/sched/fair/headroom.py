@@ -1,6 +1,20 @@
 """Headroom: KV blocks and slots a tenant above its weight share leaves free for the
 tenants within theirs (the static headroom, or what those tenants used at their recent
-peak, whichever is larger)."""
+peak, whichever is larger); and, under KV pressure, room for the running requests to grow.
+
+KV growth reserve.  Admission needs the whole prompt's blocks free; the running requests
+then grow by a token per decode step, and when the pool runs out one of them is evicted and
+its work recovered (recomputed or swapped).  In a KV-bound engine that cycle repeats at
+every admission.  So while the engine is under KV pressure -- a request had to evict for
+KV blocks (``note_kv_pressure``) within the last ``KV_PRESSURE_WINDOW_S`` -- a new
+request is admitted only if, besides its prompt, ``KV_GROWTH_RESERVE`` x the blocks the
+running requests will still add at their predicted output lengths stay free:
+
+    need = blocks(prompt + 1) + KV_GROWTH_RESERVE * sum_r max(0, blocks(tokens_r + rem_r) - blocks_r)
+
+(``rem_r`` the predicted remaining output).  A tenant with nothing running is exempt (a
+starving tenant is not held for the others' growth).  O(running) per admission check,
+only under pressure; nothing changes while no request evicts for KV."""
 
 from __future__ import annotations
 
@@ -14,6 +28,10 @@ from .shares import ShareMeter
 from .tenant import TenantState
 
 PEAK_MARGIN: Final = 1.25
+# the fraction of the running requests' predicted KV growth kept free under KV pressure
+KV_GROWTH_RESERVE: Final = 0.5
+# a KV eviction within this many seconds puts the engine under KV pressure
+KV_PRESSURE_WINDOW_S: Final = 20.0
 # the least other active weight that counts as another active tenant
 MIN_OTHER_WEIGHT: Final = 1e-12
 
@@ -32,6 +50,7 @@ class Headroom:
         self.headroom_blocks = 0
         self.headroom_slots = 0
         self.cache: tuple[dict[str, tuple[float, float]], float, float] | None = None
+        self.kv_pressure_s = float("-inf")      # when a request last evicted for KV blocks
         self.rebind(contract)
 
     def rebind(self, new: Contract) -> None:
@@ -81,6 +100,8 @@ class Headroom:
             # KV-aware: the whole prompt must fit now, so an admitted prefill is not evicted
             need = self.pool.blocks_for(req.prompt_tokens + 1)
         t = self.roster.tenants[req.tenant]
+        if t.running and now - self.kv_pressure_s < KV_PRESSURE_WINDOW_S:
+            need += int(KV_GROWTH_RESERVE * self.running_growth_blocks())
         if not self.within_share(t, need, 0) and not meter.under_share(t, now):
             # beyond its KV share, a tenant that is not owed service leaves the others'
             # headroom free; one that is owed service (a prompt larger than its share,
@@ -89,6 +110,22 @@ class Headroom:
         if keep is not None and keep.tenant != req.tenant:
             need += self.pool.blocks_for(keep.num_tokens + 1)   # the forced head's blocks stay free
         return need
+
+    def note_kv_pressure(self, now: float) -> None:
+        """A running request needs KV blocks that are not free (an eviction follows)."""
+        self.kv_pressure_s = now
+
+    def running_growth_blocks(self) -> int:
+        """The blocks the running requests will still add at their predicted output lengths
+        (module docstring).  O(running)."""
+        blocks_for = self.pool.blocks_for
+        growth = 0
+        for o in self.roster.tenants.values():
+            for r in o.running:
+                g = blocks_for(r.num_tokens + r.predicted_remaining) - r.blocks
+                if g > 0:
+                    growth += g
+        return growth
 
     def reservations(self) -> tuple[dict[str, tuple[float, float]], float, float]:
         """What :meth:`reserved` sums, for every tenant at once: (tenant -> (blocks, slots)

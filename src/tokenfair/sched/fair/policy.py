@@ -295,6 +295,7 @@ class FairPolicy(Policy):
 
     # -- preemption ------------------------------------------------------------------------
     def victim_for_kv(self, candidates: list[Request], needing: Request, now: float) -> Request | None:
+        self.headroom.note_kv_pressure(now)
         return self.urgency.victim_for_kv(candidates, needing, now)
 
     def preempt_mode(self, req: Request) -> str:
