@@ -16,6 +16,8 @@ from tokenfair.sched.scheduler import IterationScheduler
 from tokenfair.sim.engine import SimEngine
 from tokenfair.workloads.workload import TraceRow
 
+from poisson_tenants import contract_of, fair_fairness, poisson_workload
+
 PROFILE = load_profile("llama3-8b-a100")
 
 
@@ -175,24 +177,15 @@ def test_a_backlogged_background_tenant_keeps_its_share_under_a_foreground_flood
     admission would leave it the budget the flood does not use (about 22% of the service,
     against an equal weight's 50%).  Once it has been backlogged for the share meter's time
     constant and is under its share, it is no longer deferred."""
-    import numpy as np
-    from tokenfair.sim.simulate import simulate
-    from tokenfair.workloads.scenarios import poisson_stream
-    from tokenfair.workloads.workload import Workload
-    contract = parse_contract({
-        "tenants": {"analytics": {"weight": 1, "default_class": "batch", "max_queued": 5000},
-                    "fe": {"weight": 1, "max_queued": 20000}},
-        "classes": {"interactive": {"priority": 20, "max_wait_s": 30, "ttft_slo_s": 2.0, "tpot_slo_s": 0.1},
-                    "batch": {"priority": 0, "max_wait_s": 300}},
-        "default_class": "interactive",
-        "engine": {"prefill_token_budget": 1024, "decode_token_budget": 256, "chunk_size": 512,
-                   "max_running": 256}})
-    rng = np.random.default_rng(7)
-    items = (poisson_stream(rng, "fe", 14.0, 0, 180, (600, 0.6, 32, 6000), (200, 0.6, 8, 1200))
-             + poisson_stream(rng, "analytics", 2.0, 0, 180, (3000, 0.5, 64, 8000), (300, 0.5, 16, 1500)))
-    items.sort(key=lambda x: (x[0], x[1]))
-    rows = tuple(TraceRow(f"r-{i:05d}", round(t, 6), ten, p, o) for i, (t, ten, p, o, _) in enumerate(items))
-    fairness = simulate(Workload("bg-flood", rows), "fair", contract, PROFILE, isolated=False).summary["fairness"]
+    contract = contract_of(
+        {"analytics": {"weight": 1, "default_class": "batch", "max_queued": 5000},
+         "fe": {"weight": 1, "max_queued": 20000}},
+        {"interactive": {"priority": 20, "max_wait_s": 30, "ttft_slo_s": 2.0, "tpot_slo_s": 0.1},
+         "batch": {"priority": 0, "max_wait_s": 300}})
+    workload = poisson_workload("bg-flood", 7, [
+        ("fe", 14.0, 0, 180, (600, 0.6, 32, 6000), (200, 0.6, 8, 1200)),
+        ("analytics", 2.0, 0, 180, (3000, 0.5, 64, 8000), (300, 0.5, 16, 1500))])
+    fairness = fair_fairness(workload, contract)
     assert fairness["jain_windows"] >= 2
     assert fairness["jain_min"] >= 0.98                     # 0.75 while the flood deferred it
     assert fairness["share_deviation"]["analytics"]["mean"] > -0.05      # -0.28 then

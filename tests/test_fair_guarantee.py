@@ -21,6 +21,8 @@ from tokenfair.evaluation.servicegaps import starvation
 from tokenfair.sim.engine import RowFedEngine, SimEngine
 from tokenfair.workloads.workload import TraceRow
 
+from poisson_tenants import contract_of, fair_fairness, poisson_workload
+
 PROFILE = Profile(name="t", kind="linear", prefill_token_s=1e-4, prefill_batch_s=0.005, decode_base_s=0.01,
                   decode_seq_s=1e-4, kv_capacity_tokens=60_000, block_size=16)
 MAX_WAIT_S = 20.0
@@ -134,24 +136,13 @@ def test_a_tenant_of_twice_the_weight_gets_its_share_with_longer_prompts():
     """Two backlogged tenants, weights 2 and 1, the heavier one with the longer prompts:
     held to one long prefill each, the heavier tenant's prefill rate was the lighter one's
     and it got 3.5 points less than its two-thirds share (Jain 0.988)."""
-    import numpy as np
-    from tokenfair.core.costmodel import load_profile
-    from tokenfair.sim.simulate import simulate
-    from tokenfair.workloads.scenarios import poisson_stream
-    from tokenfair.workloads.workload import Workload
-    contract = parse_contract({
-        "tenants": {"big": {"weight": 2, "max_queued": 20000}, "small": {"weight": 1, "max_queued": 20000}},
-        "classes": {"interactive": {"priority": 20, "max_wait_s": 60, "ttft_slo_s": 2.0, "tpot_slo_s": 0.1}},
-        "default_class": "interactive",
-        "engine": {"prefill_token_budget": 1024, "decode_token_budget": 256, "chunk_size": 512,
-                   "max_running": 256}})
-    rng = np.random.default_rng(3)
-    items = (poisson_stream(rng, "big", 8.0, 0, 150, (1500, 0.5, 64, 8000), (250, 0.6, 8, 1500))
-             + poisson_stream(rng, "small", 6.0, 0, 150, (600, 0.6, 32, 8000), (350, 0.6, 8, 1500)))
-    items.sort(key=lambda x: (x[0], x[1]))
-    rows = tuple(TraceRow(f"r-{i:05d}", round(t, 6), ten, p, o) for i, (t, ten, p, o, _) in enumerate(items))
-    fairness = simulate(Workload("weights", rows), "fair", contract, load_profile(None),
-                        isolated=False).summary["fairness"]
+    contract = contract_of(
+        {"big": {"weight": 2, "max_queued": 20000}, "small": {"weight": 1, "max_queued": 20000}},
+        {"interactive": {"priority": 20, "max_wait_s": 60, "ttft_slo_s": 2.0, "tpot_slo_s": 0.1}})
+    workload = poisson_workload("weights", 3, [
+        ("big", 8.0, 0, 150, (1500, 0.5, 64, 8000), (250, 0.6, 8, 1500)),
+        ("small", 6.0, 0, 150, (600, 0.6, 32, 8000), (350, 0.6, 8, 1500))])
+    fairness = fair_fairness(workload, contract)
     big = fairness["share_deviation"]["big"]
     assert fairness["jain_windows"] >= 2
     assert big["mean"] > -0.02 and big["max_abs"] < 0.035       # -0.035 and 0.050 before
