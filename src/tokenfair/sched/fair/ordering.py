@@ -65,6 +65,11 @@ class LazyHeap:
     def pop(self) -> Entry:
         return heapq.heappop(self.h)
 
+    def front(self, limit: int) -> list[Entry]:
+        """Up to ``limit`` entries from the front of the heap's array, live or stale (the
+        top first; the rest in heap order, not sorted).  O(limit)."""
+        return self.h[:limit]
+
     def __len__(self) -> int:
         return len(self.h)
 

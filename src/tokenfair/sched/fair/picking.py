@@ -83,7 +83,7 @@ class Picker:
     def starving_head(self, t: TenantState, now: float) -> Request | None:
         """What a starving tenant is served first: its head, or -- when the head's prompt does
         not fit the free KV blocks now -- its waiting request with the fewest tokens among the
-        first ``STAND_IN_LOOK`` entries of each class queue, if that one fits or is smaller.
+        front ``STAND_IN_LOOK`` entries of each class queue (the head if none has fewer).
         Any of its requests ends its service gap, and the smaller one's room comes sooner
         (the room a forced request waits for is its reservation).  O(1) when the head fits,
         else O(classes x STAND_IN_LOOK)."""
@@ -93,7 +93,7 @@ class Picker:
             return head
         best = head
         for q in t.queues.values():
-            for e in q.h[:STAND_IN_LOOK]:
+            for e in q.front(STAND_IN_LOOK):
                 r: Request = e[-1]
                 if live(e) and r.num_tokens < best.num_tokens:
                     best = r
