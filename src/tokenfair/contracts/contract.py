@@ -84,7 +84,8 @@ class EngineBudgets(_Frozen):
     chunk_size: int = Field(default=512, gt=0)
     max_running: int = Field(default=256, gt=0)
     max_consecutive_prefill_steps: int = Field(default=8, gt=0)
-    # fair policy: a tenant runs at most this many prefills longer than one chunk at once
+    # fair policy: a tenant that is not light runs at most this many prefills longer than one
+    # chunk at once, times floor(its weight / the least tenant weight)
     max_long_prefills_per_tenant: int = Field(default=1, gt=0)
 
     @model_validator(mode="after")
