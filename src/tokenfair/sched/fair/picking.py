@@ -66,8 +66,8 @@ class Picker:
         return best_head(picked.queues, now) if picked is not None else None
 
     def within_share(self, t: TenantState) -> bool:
-        """``S_i <= V + C / w_i``: not ahead of the others by more than the carry-over credit."""
-        return t.vtime <= self.wfq.vnow + self.wfq.credit / t.weight
+        """``S_i <= V + C / w_i`` (``VirtualTimeWFQ.within_share``)."""
+        return self.wfq.within_share(t)
 
     def forced(self, now: float) -> Request | None:
         """A head that must be served next (guarantee.py): an overdue request of a tenant

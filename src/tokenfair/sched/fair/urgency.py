@@ -81,10 +81,10 @@ class Urgency:
             return None
         tenants = self.roster.tenants
         t = tenants[cand.tenant]
-        # overdue counts for a tenant within its share only (S_i <= V + C / w_i, as for forced
-        # service, guarantee.py): a flood's own overdue requests evict no one
+        # overdue counts for a tenant within its share only (as for forced service,
+        # guarantee.py): a flood's own overdue requests evict no one
         overdue = (cand.max_wait_s is not None and now - cand.enqueued_s >= cand.max_wait_s
-                   and self.overshare(cand) <= self.wfq.credit / t.weight)
+                   and self.wfq.within_share(t))
         # a guaranteed tenant below its share takes capacity back by eviction only when the
         # contract says so (borrowing.reclaim: preempt); otherwise by no longer admitting others
         evict_for_owner = self.contract.borrowing.reclaim == "preempt"

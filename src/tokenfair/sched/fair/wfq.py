@@ -88,6 +88,11 @@ class VirtualTimeWFQ:
         self.num_backlogged -= 1
         self.backlogged_weight = max(0.0, self.backlogged_weight - t.weight)
 
+    def within_share(self, t: TenantState) -> bool:
+        """``S_i <= V + C / w_i``: ``t`` is not ahead of the others by more than the
+        carry-over credit (forced service and urgent eviction are for such a tenant)."""
+        return t.vtime <= self.vnow + self.credit / t.weight
+
     def charge(self, t: TenantState, cost: float) -> None:
         t.vtime += cost / t.weight
         if t.num_waiting:
