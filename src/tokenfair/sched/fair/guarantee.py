@@ -12,8 +12,9 @@ and the tenant is within its share.  ``pick`` returns a forced head before anyth
 (overdue first, then the longest starving).  For (b), when the head's prompt does not fit
 the free KV blocks, the tenant's waiting request with the fewest tokens stands in for it
 (``Picker.starving_head``): any of its requests ends the gap, and a smaller one's room
-comes sooner.  When it cannot be admitted for KV blocks or a
-slot, it becomes the *reservation*: until it is admitted, another tenant's request is
+comes sooner.  The slots the headroom keeps for the tenants within their share
+(``headroom.py``) do not hold it back: its tenant is one of them.  When it cannot be
+admitted for KV blocks or a slot, it becomes the *reservation*: until it is admitted, another tenant's request is
 admitted only if the reservation's blocks (its tokens + 1) and one slot stay free after it
 (room is made by not admitting, never by evicting: only an overdue head may evict,
 ``urgency.py``, at most once per cool-down and only when the wait it saves exceeds the

@@ -33,7 +33,8 @@ def _ttft_deadline(r: Request | None) -> tuple[float, int]:
 class Picker:
     """Invariant: ``reserve`` is the forced head found by the last :meth:`pick` that could
     not be admitted for room (KV blocks or a slot), until it is admitted or the next pick
-    (None: no reservation); ``min_grace_s`` the shortest starving grace of any class."""
+    (None: no reservation); ``forced_head`` the forced head the last :meth:`pick` returned
+    (None: it returned none); ``min_grace_s`` the shortest starving grace of any class."""
 
     def __init__(self, queue: WaitingQueue, roster: TenantRoster, meter: ShareMeter, admission: AdmissionControl,
                  wfq: VirtualTimeWFQ, costs: RequestCost, guarantee: ServiceGuarantee, min_grace_s: float) -> None:
@@ -46,12 +47,14 @@ class Picker:
         self.guarantee = guarantee
         self.min_grace_s = min_grace_s
         self.reserve: Request | None = None
+        self.forced_head: Request | None = None
 
     def pick(self, now: float, blocked: set[str]) -> Request | None:
-        self.reserve = None
+        self.reserve = self.forced_head = None
         forced = self.forced(now)
         if forced is not None:
             if forced.tenant not in blocked:
+                self.forced_head = forced
                 return forced
             t = self.roster.tenants[forced.tenant]
             if self.admission.can_admit(t, forced, self.roster.num_running, self.costs.predicted(forced), now):

@@ -219,10 +219,12 @@ class FairPolicy(Policy):
         keep = self.picker.reserve
         if keep is not None and keep.tenant != req.tenant and num_running + 2 > eng.max_running:
             return False                        # the forced head's slot stays free
+        # the slots kept for the tenants within their share do not hold a light tenant, nor
+        # a forced head (its tenant is within its share: guarantee.py)
         reserved_slots = self.headroom.reserved(t, num_running)[1]
         if (num_running + 1 > eng.max_running - reserved_slots and not self.headroom.within_share(t, 0, 1)
-                and not self.meter.is_light(t, now)):
-            return False                        # (a light tenant is not held by slot reservations)
+                and not self.meter.is_light(t, now) and req is not self.picker.forced_head):
+            return False
         return self.admission.can_admit(t, req, num_running, self.costs.predicted(req), now)
 
     def kv_blocks_to_admit(self, req: Request, first_chunk: int) -> int:
