@@ -158,7 +158,7 @@ def _slots_policy(running, recent, owner_peak):
     """A fair policy with tenants ``heavy``, ``small`` and ``owner`` active (weight 1 each:
     4 of the 12 slots is a share), ``running[name]`` requests running and ``recent[name]``
     recent service each; ``owner`` ran ``owner_peak`` at once recently and runs nothing
-    now, so the others leave ``1.25 x owner_peak`` slots free for it."""
+    now, so the others leave ``1.25 x owner_peak`` slots free for it, at most its share of 4."""
     p = IterationScheduler(make_policy("fair"), SLOTS, PROFILE).policy
     for name in ("heavy", "small", "owner"):
         t = _served(p, name, recent.get(name, 0.0))
@@ -177,15 +177,16 @@ def _ask(name):
 
 
 def test_a_light_tenant_is_not_held_by_slot_reservations():
-    # 8 of 12 slots run (heavy 4, small 4: each at its share); owner's reservation is 5 slots,
-    # so a 9th start would eat into it.  heavy (the most served) is held; small (light) is not
+    # 8 of 12 slots run (heavy 4, small 4: each at its share); owner's reservation is 4 slots
+    # (1.25 x its peak of 4, capped at its share of 4), so a 9th start would eat into it.
+    # heavy (the most served) is held; small (light) is not
     p = _slots_policy({"heavy": 4, "small": 4}, {"heavy": 100_000.0, "small": 1_000.0}, owner_peak=4)
     heavy, small = p.tenants["heavy"], p.tenants["small"]
-    assert p.headroom.reserved(heavy, 8)[1] == 5 and not p.headroom.within_share(small, 0, 1)
+    assert p.headroom.reserved(heavy, 8)[1] == 4 and not p.headroom.within_share(small, 0, 1)
     assert p.meter.is_light(small, 0.0) and not p.meter.is_light(heavy, 0.0)
     assert p.can_admit(_ask("small"), 0.0, 8)
     assert not p.can_admit(_ask("heavy"), 0.0, 8)
-    assert p.can_admit(_ask("heavy"), 0.0, 6)          # 7 <= 12 - 5: the reservation was what held it
+    assert p.can_admit(_ask("heavy"), 0.0, 6)          # 7 <= 12 - 4: the reservation was what held it
 
 
 @settings(max_examples=60, deadline=None)

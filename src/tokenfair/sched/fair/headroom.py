@@ -1,6 +1,7 @@
 """Headroom: KV blocks and slots a tenant above its weight share leaves free for the
 tenants within theirs (the static headroom, or what those tenants used at their recent
-peak, whichever is larger); and, under KV pressure, room for the running requests to grow.
+peak up to their own weight share, whichever is larger); and, under KV pressure, room
+for the running requests to grow.
 
 KV growth reserve.  Admission needs the whole prompt's blocks free; the running requests
 then grow by a token per decode step, and when the pool runs out one of them is evicted and
@@ -74,8 +75,11 @@ class Headroom:
 
     def reserved(self, t: TenantState, num_running: int) -> tuple[int, int]:
         """(KV blocks, slots) ``t`` must leave free for the *other* active tenants that are
-        within their share: what they used at their recent peak (x ``PEAK_MARGIN``) beyond
-        what they hold now, at least the static headroom.  Nothing while the engine runs
+        within their share: what they used at their recent peak (x ``PEAK_MARGIN``), up to
+        their weight share, beyond what they hold now, at least the static headroom.  (Up
+        to the share: the peaks of many small tenants do not coincide, and uncapped their
+        sum would hold a tenant below its own share of the slots -- forty light tenants
+        with peaks of eight requests would reserve more than 256 slots.)  Nothing while the engine runs
         nothing (reservations never idle an empty engine).  O(tenants), once per step."""
         if num_running == 0:
             return (0, 0)
@@ -129,8 +133,8 @@ class Headroom:
 
     def reservations(self) -> tuple[dict[str, tuple[float, float]], float, float]:
         """What :meth:`reserved` sums, for every tenant at once: (tenant -> (blocks, slots)
-        it would reserve, their sums) over the active tenants with a peak that are within
-        their share (``within_share(o, 0, 0)``, inlined: the same float operations, summed
+        it would reserve: ``min(PEAK_MARGIN x peak, share x capacity) - held``, their sums)
+        over the active tenants with a peak that are within their share (``within_share(o, 0, 0)``, inlined: the same float operations, summed
         in tenant order).  O(tenants), at most once per step."""
         per: dict[str, tuple[float, float]] = {}
         blocks_sum = slots_sum = 0.0
@@ -145,10 +149,10 @@ class Headroom:
                 kv = held.get(o.name, 0)
                 slots = len(o.running)
                 if kv <= share * num_blocks and slots <= share * max_running:
-                    b = PEAK_MARGIN * o.kv_peak - kv
+                    b = min(PEAK_MARGIN * o.kv_peak, share * num_blocks) - kv
                     if not b > 0.0:
                         b = 0.0
-                    sl = PEAK_MARGIN * o.slots_peak - slots
+                    sl = min(PEAK_MARGIN * o.slots_peak, share * max_running) - slots
                     if not sl > 0.0:
                         sl = 0.0
                     per[o.name] = (b, sl)
