@@ -146,8 +146,7 @@ class Accounting:
         """``req``, admitted for the first time, is charged its predicted cost (returned)."""
         cost = self.costs.predicted(req)
         req.charged = cost
-        t.decayed_admitted(now, self.meter.share_tau_s)
-        t.admitted += cost
+        t.add_admitted(req.klass, cost, now, self.meter.share_tau_s)
         self.wfq.charge(t, cost)
         return cost
 

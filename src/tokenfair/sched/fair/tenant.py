@@ -14,7 +14,7 @@ PEAK_TAU_S: Final = 60.0          # time constant of the decayed KV and slot pea
 
 class TenantState:
     __slots__ = ("name", "seq", "spec", "weight", "vtime", "num_waiting", "running", "bucket",
-                 "bucket_t", "recent", "recent_t", "queued_cost", "queues", "backlogged_since", "starved_since", "starve_stamp", "kv_peak", "slots_peak", "peak_t", "head_cost", "stamp", "active", "admitted", "admitted_t", "held")
+                 "bucket_t", "recent", "recent_t", "queued_cost", "queues", "backlogged_since", "starved_since", "starve_stamp", "kv_peak", "slots_peak", "peak_t", "head_cost", "stamp", "active", "admitted", "admitted_t", "admitted_by_class", "held")
 
     def __init__(self, name: str, spec: TenantSpec, now: float, seq: int = 0, *,
                  held: dict[str, int]) -> None:
@@ -27,6 +27,7 @@ class TenantState:
         self.head_cost = 0.0        # predicted cost of its next request (for finish tags)
         self.admitted = 0.0         # decayed predicted cost of its admissions (queue drain)
         self.admitted_t = now
+        self.admitted_by_class: dict[str, float] = {}   # class -> its part of ``admitted``
         self.active = False         # has waiting or running requests
         self.stamp = 0              # bumped on every re-key in the WFQ heap
         self.num_waiting = 0
@@ -67,9 +68,26 @@ class TenantState:
 
     def decayed_admitted(self, now: float, tau_s: float) -> float:
         if now > self.admitted_t:
-            self.admitted *= math.exp(-(now - self.admitted_t) / tau_s)
+            f = math.exp(-(now - self.admitted_t) / tau_s)
+            self.admitted *= f
+            by_class = self.admitted_by_class
+            for k in by_class:
+                by_class[k] *= f
             self.admitted_t = now
         return self.admitted
+
+    def add_admitted(self, klass: str, cost: float, now: float, tau_s: float) -> None:
+        """An admission of ``cost`` predicted cost in class ``klass`` (O(classes))."""
+        self.decayed_admitted(now, tau_s)
+        self.admitted += cost
+        self.admitted_by_class[klass] = self.admitted_by_class.get(klass, 0.0) + cost
+
+    def admitted_above(self, priority: float, classes: dict[str, ClassSpec]) -> float:
+        """The part of ``admitted`` (as last decayed) in classes of a base priority above
+        ``priority``: what its later arrivals in those classes take ahead of a waiting
+        request of that priority (O(classes))."""
+        return sum(c for k, c in self.admitted_by_class.items()
+                   if k in classes and classes[k].priority > priority)
 
     def queued_ahead(self, priority: float, classes: dict[str, ClassSpec]) -> float:
         """Predicted cost queued in classes whose base priority is at least ``priority``:
