@@ -27,8 +27,8 @@ guide, light tenants' priority and later arrivals included) less the part of it 
 its classes of a higher base priority than the request's: its later arrivals there go
 first, so they take that part of the drain before the request's turn (a front end's
 realtime traffic beside its interactive flood: without it the interactive requests'
-forecasts were 6-8% short on ``flood``, and 19-35% of those admitted started late).  Both are in predicted cost,
-so a bias of the length predictor cancels.  O(B log B) for B backlogged
+forecasts were 6-8% short on ``flood``, and 19-35% of those admitted started late).  Both
+are in predicted cost, so a bias of the length predictor cancels.  O(B log B) for B backlogged
 tenants, once per arrival of a request with a max wait (after the warm-up).
 """
 

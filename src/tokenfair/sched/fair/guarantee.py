@@ -14,12 +14,12 @@ the free KV blocks, the tenant's waiting request with the fewest tokens stands i
 (``Picker.starving_head``): any of its requests ends the gap, and a smaller one's room
 comes sooner.  The slots the headroom keeps for the tenants within their share
 (``headroom.py``) do not hold it back: its tenant is one of them.  When it cannot be
-admitted for KV blocks or a slot, it becomes the *reservation*: until it is admitted, another tenant's request is
-admitted only if the reservation's blocks (its tokens + 1) and one slot stay free after it
-(room is made by not admitting, never by evicting: only an overdue head may evict,
-``urgency.py``, at most once per cool-down and only when the wait it saves exceeds the
-victim's recovery cost).  A forced tenant over its share
-is not forced: a flood cannot use its own overdue requests to exceed its share, because a
+admitted for KV blocks or a slot, it becomes the *reservation*: until it is admitted,
+another tenant's request is admitted only if the reservation's blocks (its tokens + 1) and
+one slot stay free after it (room is made by not admitting, never by evicting: only an
+overdue head may evict, ``urgency.py``, at most once per cool-down and only when the wait
+it saves exceeds the victim's recovery cost).  A forced tenant over its share is not
+forced: a flood cannot use its own overdue requests to exceed its share, because a
 forced admission is charged like any other and the tenant stops qualifying once
 ``S_i > V + C / w_i``.
 

@@ -79,8 +79,8 @@ class Headroom:
         their weight share, beyond what they hold now, at least the static headroom.  (Up
         to the share: the peaks of many small tenants do not coincide, and uncapped their
         sum would hold a tenant below its own share of the slots -- forty light tenants
-        with peaks of eight requests would reserve more than 256 slots.)  Nothing while the engine runs
-        nothing (reservations never idle an empty engine).  O(tenants), once per step."""
+        with peaks of eight requests would reserve more than 256 slots.)  Nothing while the
+        engine runs nothing (reservations never idle an empty engine).  O(tenants), once per step."""
         if num_running == 0:
             return (0, 0)
         if self.cache is None:
@@ -134,8 +134,9 @@ class Headroom:
     def reservations(self) -> tuple[dict[str, tuple[float, float]], float, float]:
         """What :meth:`reserved` sums, for every tenant at once: (tenant -> (blocks, slots)
         it would reserve: ``min(PEAK_MARGIN x peak, share x capacity) - held``, their sums)
-        over the active tenants with a peak that are within their share (``within_share(o, 0, 0)``, inlined: the same float operations, summed
-        in tenant order).  O(tenants), at most once per step."""
+        over the active tenants with a peak that are within their share
+        (``within_share(o, 0, 0)``, inlined: the same float operations, summed in tenant
+        order).  O(tenants), at most once per step."""
         per: dict[str, tuple[float, float]] = {}
         blocks_sum = slots_sum = 0.0
         active_weight = self.roster.active_weight + 0.0     # every tenant counted here is active
