@@ -63,7 +63,7 @@ def test_a_forced_head_is_not_held_by_slot_reservations_for_others():
             # before its max wait it is held: over its slot share, not light
             t = policy.roster.tenants["a"]
             assert len(sched.running) == 6 and not policy.headroom.within_share(t, 0, 1)
-            assert policy.picker.within_share(t)
+            assert policy.wfq.within_share(t)
     assert all(r.status is Status.RUNNING for r in first)
     assert late is not None and late.status is Status.RUNNING
     assert MAX_WAIT_S <= late.scheduled_s - late.arrival_s < MAX_WAIT_S + 0.1

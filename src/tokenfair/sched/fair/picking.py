@@ -68,10 +68,6 @@ class Picker:
                                among=lambda x: _ttft_deadline(best_head(x.queues, now)))
         return best_head(picked.queues, now) if picked is not None else None
 
-    def within_share(self, t: TenantState) -> bool:
-        """``S_i <= V + C / w_i`` (``VirtualTimeWFQ.within_share``)."""
-        return self.wfq.within_share(t)
-
     def forced(self, now: float) -> Request | None:
         """A head that must be served next (guarantee.py): an overdue request of a tenant
         within its share, else the longest-starving tenant's past its grace."""
@@ -79,9 +75,10 @@ class Picker:
         if e is not None:
             due: float = e[0]
             overdue: Request = e[-1]
-            if due <= now and self.within_share(self.roster.tenants[overdue.tenant]):
+            if due <= now and self.wfq.within_share(self.roster.tenants[overdue.tenant]):
                 return overdue
-        return self.guarantee.due(now, self.min_grace_s, lambda t: self.starving_head(t, now), self.within_share)
+        return self.guarantee.due(now, self.min_grace_s, lambda t: self.starving_head(t, now),
+                                   self.wfq.within_share)
 
     def starving_head(self, t: TenantState, now: float) -> Request | None:
         """What a starving tenant is served first: its head, or -- when the head's prompt does

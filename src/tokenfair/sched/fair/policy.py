@@ -223,7 +223,7 @@ class FairPolicy(Policy):
         # a forced head (its tenant is within its share: guarantee.py)
         reserved_slots = self.headroom.reserved(t, num_running)[1]
         if (num_running + 1 > eng.max_running - reserved_slots and not self.headroom.within_share(t, 0, 1)
-                and not self.meter.is_light(t, now) and req is not self.picker.forced_head):
+                and req is not self.picker.forced_head and not self.meter.is_light(t, now)):
             return False
         return self.admission.can_admit(t, req, num_running, self.costs.predicted(req), now)
 
