@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import sys
 
+from .. import cli  # noqa: F401  (the command line's process settings, before numpy loads)
+
 
 def main(spec: dict) -> dict:
     if spec.get("kind") == "fleet":
