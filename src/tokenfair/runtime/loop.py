@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
 from ..contracts.contract import Contract
-from .intake import make_request
+from .intake import Intake
 from .recorder import Recorder
 from ..core.reasons import Reason, ReasonCode
 from ..core.request import Request
@@ -75,11 +75,12 @@ def run(rows: Sequence[TraceRow], contract: Contract, scheduler: IterationSchedu
     i = 0
     now = clock.start()
     next_report = max(1, n // 20)
+    intake = Intake(contract)
     while i < n or scheduler.has_work():
         now = clock.now(now)
         while i < n and rows[i].arrival_s <= now:
             row = rows[i]
-            req, reject = make_request(row, i, contract)
+            req, reject = intake.make(row, i)
             reqs.append(req)
             if reject is None and row.prompt_tokens + 1 > capacity_tokens:
                 reject = Reason(ReasonCode.PROMPT_EXCEEDS_KV_CAPACITY, f"{row.prompt_tokens} tokens > {capacity_tokens}")

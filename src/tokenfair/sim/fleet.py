@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
-from ..runtime.intake import make_request
+from ..runtime.intake import Intake
 from ..runtime.recorder import Recorder
 from ..core.reasons import Reason, ReasonCode
 from ..core.request import Request
@@ -145,9 +145,10 @@ def _run_gated(rows, contract: Contract, replicas: list[Replica], router, gate: 
     ending a request lets the gateway release one to any replica."""
     events = ReplicaEvents(replicas)
     n = len(rows)
+    intake = Intake(contract)
 
     def release(gw: Request, r: Replica, t: float) -> Request:
-        rr, _ = make_request(rows[gw.seq], gw.seq, contract)
+        rr, _ = intake.make(rows[gw.seq], gw.seq)
         r.accept(rr, rows[gw.seq], t)
         replica_of[gw.seq] = r.index
         final[gw.seq] = rr
@@ -166,7 +167,7 @@ def _run_gated(rows, contract: Contract, replicas: list[Replica], router, gate: 
             break
         if t_arr <= t_rep and t_arr <= t_gate:
             row = rows[i]
-            req, reject = make_request(row, i, contract)
+            req, reject = intake.make(row, i)
             final[i] = req
             if reject is not None:
                 replicas[0].sched.reject(req, reject, row.arrival_s)

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 from ..contracts.contract import Contract
 from ..core.request import Request
-from ..runtime.intake import make_request
+from ..runtime.intake import Intake
 from ..workloads.workload import TraceRow
 from .replica import Replica
 from .routers import Router
@@ -76,6 +76,7 @@ def run_routed(rows: Sequence[TraceRow], contract: Contract, replicas: list[Repl
     events = ReplicaEvents(replicas)
     stale_s = ROUTER_STALENESS_S if router.reads_state and len(replicas) > 1 else math.inf
     n = len(rows)
+    intake = Intake(contract)
     for i in range(n):
         row = rows[i]
         t = row.arrival_s
@@ -83,7 +84,7 @@ def run_routed(rows: Sequence[TraceRow], contract: Contract, replicas: list[Repl
             r = events.pop()
             advance(r, t, True)
             events.push(r)
-        req, reject = make_request(row, i, contract)
+        req, reject = intake.make(row, i)
         final[i] = req
         if reject is not None:
             replicas[0].sched.reject(req, reject, t)
