@@ -100,7 +100,7 @@ class SwitchingEngine:
         if self.steps == self.at:
             waiting = [r for r in self.all_requests() if r.status in (Status.WAITING, Status.SWAPPED)]
             self.snapshot = (len(waiting), len(s.running))
-            s.contract = self.new
+            s.set_contract(self.new)
             s.policy.on_contract_change(self.new, self.now)
             check_derived(s.policy, self.new)
         if self.snapshot is not None:

@@ -55,7 +55,7 @@ class IterationScheduler:
     def __init__(self, policy: Policy, contract: Contract, profile: Profile,
                  predictor: Predictor | None = None) -> None:
         self.policy = policy
-        self.contract = contract                # replaced by a live contract change
+        self.set_contract(contract)
         self.profile = profile
         pool = BlockPool(profile.num_blocks, profile.block_size,
                          profile.swap_capacity_tokens // profile.block_size)
@@ -66,6 +66,16 @@ class IterationScheduler:
         self.applier = Applier(policy, self.predictor, self.runs)
         self.num_steps = 0                      # schedule() calls (numbers held-decode runs)
         self.num_fast_forwarded_steps = 0       # of num_steps, those applied by sim/fastforward.py
+
+    def set_contract(self, contract: Contract) -> None:
+        """The contract (replaced by a live contract change, ``serve/contract_live.py``) and
+        the engine limits every step reads, as plain fields (performance: a contract field
+        read is a pydantic attribute lookup)."""
+        self.contract = contract
+        eng = contract.engine
+        self.decode_token_budget = eng.decode_token_budget
+        self.max_running = eng.max_running
+        self.max_consecutive_prefill_steps = eng.max_consecutive_prefill_steps
 
     # -- the parts' state, read-only ------------------------------------------------------
     @property
@@ -129,14 +139,13 @@ class IterationScheduler:
     def schedule(self, now: float) -> SchedulerOutput:
         out = SchedulerOutput()
         self.num_steps += 1
-        eng = self.contract.engine
         policy, runs = self.policy, self.runs
         for req, reason in policy.expire(now):
             if req.status is Status.SWAPPED:
                 runs.pool.drop_swapped(req)
             self.applier.end(req, Status.EXPIRED, reason, now)
             out.aborted.append(req)
-        budget = Budget(policy.prefill_budget(runs.step_stats, now), eng.decode_token_budget, policy.shared_budget)
+        budget = Budget(policy.prefill_budget(runs.step_stats, now), self.decode_token_budget, policy.shared_budget)
         deferred: list[Request] = []
         hint, runs.maybe_prefilling = runs.maybe_prefilling, None
         self._pass(out, budget, now, True, deferred).run(leading_decodes(runs.requests, hint))
@@ -145,7 +154,7 @@ class IterationScheduler:
             self._pass(out, budget, now, False, None).run()
             deferred = []
         if not out.preempted or policy.admit_after_preemption:
-            self.admitter.admit(out, budget, eng.max_running, now)
+            self.admitter.admit(out, budget, self.max_running, now)
         self._serve_deferred(deferred, out, budget, now)
         if out.prefill:
             budget.add_prefill(policy.extra_prefill_budget(out.prefill))
@@ -156,7 +165,7 @@ class IterationScheduler:
     def _pass(self, out: SchedulerOutput, budget: Budget, now: float, honor_cap: bool,
               deferred: list[Request] | None) -> RunningPass:
         return RunningPass(self.runs, self.admitter, out, budget,
-                           self.contract.engine.max_consecutive_prefill_steps, self.num_steps, now,
+                           self.max_consecutive_prefill_steps, self.num_steps, now,
                            honor_cap, deferred)
 
     def _serve_deferred(self, deferred: list[Request], out: SchedulerOutput, budget: Budget,
@@ -216,4 +225,4 @@ class IterationScheduler:
         end_each_waiting(self.policy, now, fail)
 
     def check_invariants(self) -> None:
-        self.runs.check(self.contract.engine.max_running)
+        self.runs.check(self.max_running)

@@ -156,7 +156,7 @@ class LiveContract:
         with svc.policy_lock:
             sched = getattr(svc, "sched", None)
             if sched is not None:
-                sched.contract = new
+                sched.set_contract(new)
             # every field holds for what the policy decides from now on; queued and running
             # work is untouched (sched/policy.py on_contract_change, sched/fair/rebind.py)
             svc.policy.on_contract_change(new, svc.now())

@@ -65,7 +65,7 @@ def _eligible(sched: IterationScheduler, now: float, next_arrival: float) -> boo
     hint = sched.runs.maybe_prefilling
     return bool(running and next_arrival > now and policy.can_fast_forward()
                 and hint is not None and not policy.num_waiting()
-                and len(running) <= sched.contract.engine.decode_token_budget
+                and len(running) <= sched.decode_token_budget
                 and not any(r.status is Status.RUNNING and r.in_prefill for r in hint))
 
 

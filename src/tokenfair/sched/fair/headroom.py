@@ -56,6 +56,7 @@ class Headroom:
 
     def rebind(self, new: Contract) -> None:
         self.contract = new
+        self.max_running = new.engine.max_running   # read per admission check: a plain field
         adm = new.admission
         self.headroom_blocks = int(adm.headroom_kv_fraction * self.pool.num_blocks)
         self.headroom_slots = int(adm.headroom_slot_fraction * new.engine.max_running)
@@ -71,7 +72,7 @@ class Headroom:
         slots after admission."""
         share = self.share_of_active(t)
         return (t.kv_blocks() + extra_blocks <= share * self.pool.num_blocks
-                and len(t.running) + extra_slots <= share * self.contract.engine.max_running)
+                and len(t.running) + extra_slots <= share * self.max_running)
 
     def reserved(self, t: TenantState, num_running: int) -> tuple[int, int]:
         """(KV blocks, slots) ``t`` must leave free for the *other* active tenants that are
@@ -141,7 +142,7 @@ class Headroom:
         blocks_sum = slots_sum = 0.0
         active_weight = self.roster.active_weight + 0.0     # every tenant counted here is active
         num_blocks = self.pool.num_blocks
-        max_running = self.contract.engine.max_running
+        max_running = self.max_running
         held = self.pool.held
         for o in self.roster.tenants.values():
             if o.active and o.kv_peak > 0:

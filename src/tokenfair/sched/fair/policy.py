@@ -89,6 +89,7 @@ class FairPolicy(Policy):
 
     def bind(self, contract: Contract, profile: Profile, pool: BlockPool, predictor: Predictor) -> None:
         super().bind(contract, profile, pool, predictor)
+        self.read_limits(contract)
         # a KV occupancy charge reads every step's blocks, which a fast-forward run skips
         self._fast_forward = contract.costs.kv_block_s == 0
         self.costs = costs = RequestCost(contract.costs)
@@ -122,6 +123,7 @@ class FairPolicy(Policy):
         grace, headroom, preemption), and the tenants and min-share classes follow
         (``rebind.py``); nothing queued or running moves or ends."""
         self.contract = contract
+        self.read_limits(contract)
         self._fast_forward = contract.costs.kv_block_s == 0
         self.costs.rebind(contract.costs)
         full = contract.engine.prefill_token_budget
@@ -133,8 +135,8 @@ class FairPolicy(Policy):
         self.headroom.invalidate()              # the reservations of the old bounds
         self.forecaster.contract = contract
         self.forecaster.prefill_rate = prefill_rate(self.costs, self.profile, full)
-        self.accounting.contract = contract
-        self.shaper.contract = contract
+        self.accounting.rebind(contract)
+        self.shaper.rebind(contract)
         self.shaper.shaper.last_shaped = 0      # the bisection's start, for the new budget
         self.urgency.contract = contract
         self.picker.min_grace_s = min_grace_s(contract)
@@ -195,6 +197,14 @@ class FairPolicy(Policy):
     def num_waiting(self) -> int:
         return self.queue.num_queued
 
+    def read_limits(self, contract: Contract) -> None:
+        """The engine limits :meth:`can_admit` reads, as plain fields (performance: a
+        contract field read is a pydantic attribute lookup)."""
+        eng = contract.engine
+        self.chunk_size = eng.chunk_size
+        self.max_running = eng.max_running
+        self.max_long_prefills = eng.max_long_prefills_per_tenant
+
     def pick(self, now: float, blocked: set[str]) -> Request | None:
         self._now = now
         return self.picker.pick(now, blocked)
@@ -211,18 +221,18 @@ class FairPolicy(Policy):
     # -- admission -----------------------------------------------------------------------
     def can_admit(self, req: Request, now: float, num_running: int) -> bool:
         t = self.roster.tenants[req.tenant]
-        eng = self.contract.engine
-        if req.num_uncomputed > eng.chunk_size and not self.meter.is_light(t, now):
-            long_prefills = sum(1 for r in t.running if r.num_uncomputed > eng.chunk_size)
-            if long_prefills >= self.roster.long_prefill_limit(t, eng.max_long_prefills_per_tenant):
+        chunk_size, max_running = self.chunk_size, self.max_running
+        if req.num_uncomputed > chunk_size and not self.meter.is_light(t, now):
+            long_prefills = sum(1 for r in t.running if r.num_uncomputed > chunk_size)
+            if long_prefills >= self.roster.long_prefill_limit(t, self.max_long_prefills):
                 return False
         keep = self.picker.reserve
-        if keep is not None and keep.tenant != req.tenant and num_running + 2 > eng.max_running:
+        if keep is not None and keep.tenant != req.tenant and num_running + 2 > max_running:
             return False                        # the forced head's slot stays free
         # the slots kept for the tenants within their share do not hold a light tenant, nor
         # a forced head (its tenant is within its share: guarantee.py)
         reserved_slots = self.headroom.reserved(t, num_running)[1]
-        if (num_running + 1 > eng.max_running - reserved_slots and not self.headroom.within_share(t, 0, 1)
+        if (num_running + 1 > max_running - reserved_slots and not self.headroom.within_share(t, 0, 1)
                 and req is not self.picker.forced_head and not self.meter.is_light(t, now)):
             return False
         return self.admission.can_admit(t, req, num_running, self.costs.predicted(req), now)
