@@ -18,16 +18,16 @@ DEFAULT_MAX_TOKENS = 32_768
 
 class ClassTerms:
     """What a request of one (tenant, requested class) pair takes from the contract: its
-    class (None: the tenant may not use the one it asked for), the class's spec fields.
+    class, whether the tenant may use it (``allowed``; if not, the request is rejected, and
+    ``klass`` is the one it asked for or the default), the class's spec fields.
     Invariant: equal to reading them from the contract it was made from (frozen)."""
 
-    __slots__ = ("klass", "allowed", "requested", "priority", "deadline_s", "aging_rate", "max_wait_s",
+    __slots__ = ("klass", "allowed", "priority", "deadline_s", "aging_rate", "max_wait_s",
                  "preemptible", "ttft_slo_s", "tpot_slo_s")
 
     def __init__(self, contract: Contract, tenant: str, requested: str | None) -> None:
         klass = contract.class_for(tenant, requested)
         self.allowed = klass is not None
-        self.requested = requested
         if klass is None:
             klass = requested or contract.default_class
         self.klass = klass
