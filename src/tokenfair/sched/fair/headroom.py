@@ -59,7 +59,7 @@ class Headroom:
         self.max_running = new.engine.max_running   # read per admission check: a plain field
         adm = new.admission
         self.headroom_blocks = int(adm.headroom_kv_fraction * self.pool.num_blocks)
-        self.headroom_slots = int(adm.headroom_slot_fraction * new.engine.max_running)
+        self.headroom_slots = int(adm.headroom_slot_fraction * self.max_running)
 
     def invalidate(self) -> None:
         self.cache = None

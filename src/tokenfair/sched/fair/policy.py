@@ -199,10 +199,10 @@ class FairPolicy(Policy):
 
     def read_limits(self, contract: Contract) -> None:
         """The engine limits :meth:`can_admit` reads, as plain fields (performance: a
-        contract field read is a pydantic attribute lookup)."""
+        contract field read is a pydantic attribute lookup; ``max_running`` is the
+        admission control's, kept by its own rebind)."""
         eng = contract.engine
         self.chunk_size = eng.chunk_size
-        self.max_running = eng.max_running
         self.max_long_prefills = eng.max_long_prefills_per_tenant
 
     def pick(self, now: float, blocked: set[str]) -> Request | None:
@@ -221,7 +221,7 @@ class FairPolicy(Policy):
     # -- admission -----------------------------------------------------------------------
     def can_admit(self, req: Request, now: float, num_running: int) -> bool:
         t = self.roster.tenants[req.tenant]
-        chunk_size, max_running = self.chunk_size, self.max_running
+        chunk_size, max_running = self.chunk_size, self.admission.max_running
         if req.num_uncomputed > chunk_size and not self.meter.is_light(t, now):
             long_prefills = sum(1 for r in t.running if r.num_uncomputed > chunk_size)
             if long_prefills >= self.roster.long_prefill_limit(t, self.max_long_prefills):
