@@ -120,6 +120,20 @@ def test_cli_bad_inputs_exit_2(tmp_path):
     assert res.returncode == 2 and "chunk_size must be <= prefill_token_budget" in res.stderr
 
 
+def test_cli_refuses_sizes_past_memory_with_exit_2(tmp_path):
+    """Sizes that would exhaust memory or overflow the timeline end at once, exit 2, no traceback."""
+    cases = {("--replicas", "10001"): "--replicas: Input should be less than or equal to 10000",
+             ("--spread-tenants", "1000001"): "less than or equal to",
+             ("--rate-scale", "1e-300"): "past the 1e+07 s a workload may span"}
+    for args, message in cases.items():
+        res = _run_cli("simulate", "hol", "--no-isolated", *args, "--out", str(tmp_path))
+        assert res.returncode == 2 and message in " ".join(res.stderr.split()), (args, res.stderr)
+        assert "Traceback" not in res.stderr
+    res = _run_cli("bench", "sim", "hol", "--policies", "fifo", "--min-requests", "100000000")
+    assert res.returncode == 2 and res.stderr.startswith("error: tile to 100000000 requests"), res.stderr
+    assert "Traceback" not in res.stderr
+
+
 @pytest.mark.usefixtures("public_traces")
 def test_cli_slices_scales_and_spreads_a_public_trace(tmp_path):
     res = _run_cli("simulate", "azure:conv", "--start-s", "600", "--end-s", "660", "--rate-scale", "2",

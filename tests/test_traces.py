@@ -19,7 +19,8 @@ from tokenfair.workloads.traces import (
     SkippedRow, TraceWorkload, find_traces_dir, limit, load_workload, parse_timestamp_ns, read_azure,
     read_mooncake, read_vtc, remap_tenants, scale_rate, slice_time, spread_tenants, tile,
 )
-from tokenfair.workloads.workload import TraceRow, Workload, WorkloadError
+from tokenfair.workloads.transforms import MAX_SPREAD_TENANTS
+from tokenfair.workloads.workload import MAX_ARRIVAL_S, TraceRow, Workload, WorkloadError
 
 
 @pytest.fixture(scope="module")
@@ -183,6 +184,18 @@ def test_tile_repeats_the_trace_back_to_back():
     assert [(r.tenant, r.prompt_tokens) for r in t.rows[20:]] == [(r.tenant, r.prompt_tokens) for r in wl.rows]
 
 
+def test_transforms_refuse_what_memory_or_the_timeline_cannot_hold():
+    wl = _toy()                               # arrivals 0..9 s
+    with pytest.raises(WorkloadError, match=r"scale_rate by 1e-07: the last arrival would be at 9e\+07 s"):
+        scale_rate(wl, 1e-7)
+    assert scale_rate(wl, 1e-6).rows[-1].arrival_s == pytest.approx(9e6)     # within MAX_ARRIVAL_S
+    with pytest.raises(WorkloadError, match=r"tile to 20000000 requests \(2000000 copies\)"):
+        tile(wl, 20_000_000)
+    with pytest.raises(WorkloadError, match="spread over at most 1000000"):
+        spread_tenants(wl, MAX_SPREAD_TENANTS + 1)
+    assert len(spread_tenants(wl, MAX_SPREAD_TENANTS, seed=0)) == len(wl)
+
+
 # --- bad rows ------------------------------------------------------------------------------------
 
 def test_azure_bad_row_names_file_line_field(tmp_path):
@@ -224,6 +237,15 @@ def test_mooncake_and_vtc_bad_rows(tmp_path):
         read_vtc(v)
     wl = load_workload(str(v), skip_bad_rows=True)
     assert wl.tenants == ["a", "b"] and wl.rows[-1].arrival_s == 1.0 and len(wl.skipped) == 1
+
+
+def test_an_arrival_past_the_span_limit_names_the_line(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("request_id,arrival_s,tenant,prompt_tokens,output_tokens\na,0,t,10,10\nb,1e300,t,10,10\n")
+    with pytest.raises(WorkloadError, match=re.escape("t.csv:3: field 'arrival_s': must be <= 1e+07, got '1e300'")):
+        load_workload(str(p))
+    p.write_text(f"request_id,arrival_s,tenant,prompt_tokens,output_tokens\na,{MAX_ARRIVAL_S},t,10,10\n")
+    assert load_workload(str(p)).rows[0].arrival_s == MAX_ARRIVAL_S
 
 
 def test_tokenfair_format_and_servegen_bad_rows(tmp_path):

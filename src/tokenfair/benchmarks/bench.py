@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Final
 
 from ..core_build import core_kind
 from ..contracts.contract import parse_contract
@@ -27,6 +28,9 @@ from ..sched.interface import StepResult
 from ..sched.registry import make_policy
 from ..sched.scheduler import IterationScheduler
 from ..sim.simulate import simulate, simulate_once
+
+# a child's exit status for a user error (a bad workload or option): its stderr is the message
+USER_ERROR_STATUS: Final = 2
 
 
 def _steady_state(policy: str, running: int, waiting: int, tenants: int) -> IterationScheduler:
@@ -163,6 +167,8 @@ def run_child(spec: dict) -> dict:
     """Run one benchmark ``spec`` in a fresh process (its peak RSS is its own)."""
     proc = subprocess.run([sys.executable, "-m", "tokenfair.benchmarks.child", json.dumps(spec)],
                           capture_output=True, text=True)
+    if proc.returncode == USER_ERROR_STATUS:          # the child's message names the place and the fix
+        raise ValueError(proc.stderr.strip().removeprefix("error: "))
     if proc.returncode != 0:
         raise RuntimeError(f"simulation benchmark failed: {proc.stderr.strip()[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

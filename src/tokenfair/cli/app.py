@@ -17,6 +17,7 @@ from .options import options_in_place
 from .workload_options import ShapingOptions, resolve_inputs
 from ..contracts.contract import ContractError, contract_schema, load_contract
 from ..workloads.scenarios import SCENARIOS
+from ..workloads.transforms import MAX_SPREAD_TENANTS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Contract-driven fair scheduling for multi-tenant LLM serving.")
@@ -142,7 +143,8 @@ def bench_scheduler_cmd(policies: str = typer.Option("fifo,vtc,fair", help="comm
 
 @bench_app.command("sim")
 def bench_sim_cmd(workload: str = typer.Argument("azure:conv"),
-                  policies: str = typer.Option("fifo,vtc,fair"), tenants: int = typer.Option(20, min=1),
+                  policies: str = typer.Option("fifo,vtc,fair"),
+                  tenants: int = typer.Option(20, min=1, max=MAX_SPREAD_TENANTS),
                   max_requests: Optional[int] = typer.Option(None, min=1),
                   min_requests: Optional[int] = typer.Option(
                       None, min=1, help="tile the trace in time until it has this many requests (e.g. 1000000)"),
@@ -155,7 +157,7 @@ def bench_sim_cmd(workload: str = typer.Argument("azure:conv"),
         try:
             rows.append(bench_sim(workload, p, tenants=tenants, seed=seed, max_requests=max_requests,
                                   min_requests=min_requests, whole=whole))
-        except RuntimeError as err:
+        except (RuntimeError, ValueError) as err:
             fail(str(err))
     for r in rows:
         if json_out:

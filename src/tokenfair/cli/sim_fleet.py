@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Optional
 import typer
 from pydantic import ValidationError
 
+from ..workloads.transforms import MAX_SPREAD_TENANTS
+
 if TYPE_CHECKING:
     from ..sim.fleet import FleetConfig
 
@@ -32,7 +34,8 @@ def bench_fleet_cmd(workload: str = typer.Argument("azure:conv"),
                     policy: str = typer.Option("vtc", help="each replica's scheduling policy"),
                     replicas: int = typer.Option(8, min=1), router: str = typer.Option("round-robin"),
                     fleet_policy: str = typer.Option("none"), prefix_cache: bool = typer.Option(False),
-                    tenants: Optional[int] = typer.Option(None, min=1, help="spread requests over N tenants"),
+                    tenants: Optional[int] = typer.Option(None, min=1, max=MAX_SPREAD_TENANTS,
+                                                          help="spread requests over N tenants"),
                     min_requests: Optional[int] = typer.Option(None, min=1, help="tile the trace in time"),
                     max_requests: Optional[int] = typer.Option(None, min=1),
                     rate_scale: Optional[float] = typer.Option(
@@ -45,13 +48,12 @@ def bench_fleet_cmd(workload: str = typer.Argument("azure:conv"),
     from ..benchmarks.fleet_sim import bench_fleet
     from .common import fail
     try:
-        from ..sim.fleet import FleetConfig
-        FleetConfig(num_replicas=replicas, router=router, fleet_policy=fleet_policy)
+        fleet_config(replicas, router, fleet_policy, prefix_cache, None, 0.1)
         r = bench_fleet(workload, policy, replicas=replicas, router=router, fleet_policy=fleet_policy,
                         prefix_cache=prefix_cache, tenants=tenants, seed=seed, max_requests=max_requests,
                         min_requests=min_requests, rate_scale=float(replicas) if rate_scale is None else rate_scale,
                         whole=whole)
-    except (ValidationError, RuntimeError) as err:
+    except (ValueError, RuntimeError) as err:
         fail(str(err))
     if json_out:
         typer.echo(json.dumps(r))

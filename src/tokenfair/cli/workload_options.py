@@ -16,6 +16,7 @@ from .common import resolve_contract, resolve_workload, shape_workload
 from .options import option
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile, load_profile
+from ..workloads.transforms import MAX_SPREAD_TENANTS
 from ..workloads.workload import Workload
 
 
@@ -27,7 +28,8 @@ class ShapingOptions:
     start_s: Optional[float] = option(None, "keep arrivals from this time (s)")
     end_s: Optional[float] = option(None, "keep arrivals before this time (s)")
     rate_scale: Optional[float] = option(None, "multiply the arrival rate")
-    spread_tenants: Optional[int] = option(None, "spread requests over N tenants", min=1)
+    spread_tenants: Optional[int] = option(None, "spread requests over N tenants", min=1,
+                                            max=MAX_SPREAD_TENANTS)
     max_requests: Optional[int] = option(None, "keep the first N requests", min=1)
     remap_tenants: Optional[Path] = option(None, "YAML/JSON mapping old tenant -> new")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -36,6 +36,8 @@ from .replica import Replica
 from .routers import DEFAULT_LOAD_BOUND, ROUTERS, make_router
 
 FLEET_POLICIES = ("none", "fair")
+# each replica is a simulated engine (about 12 KB before its requests); past this, memory is the limit
+MAX_REPLICAS: Final = 10_000
 DEFAULT_CACHED_DISCOUNT = 0.1
 # the fields of FleetConfig that name one of a set: field -> (what it names, the names)
 _NAMED_CHOICES: dict[str, tuple[str, tuple[str, ...]]] = {"router": ("router", ROUTERS),
@@ -45,7 +47,7 @@ _NAMED_CHOICES: dict[str, tuple[str, tuple[str, ...]]] = {"router": ("router", R
 class FleetConfig(BaseModel):
     """How the fleet is built (validated, frozen)."""
     model_config = ConfigDict(extra="forbid", frozen=True)
-    num_replicas: int = Field(default=1, ge=1)
+    num_replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     router: str = "round-robin"
     fleet_policy: str = "none"              # "fair": the gateway's layers 1-3 in front
     gateway_policy: str = "fair"            # the gateway's policy when fleet_policy == "fair"

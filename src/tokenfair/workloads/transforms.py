@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
-from typing import Callable, Iterable
+from typing import Callable, Final, Iterable
 
 from tokenfair.workloads.gc_pause import with_gc_paused
-from tokenfair.workloads.workload import TraceRow, Workload, WorkloadError, moved, with_tenant
+from tokenfair.workloads.workload import TraceRow, Workload, WorkloadError, check_span, moved, with_tenant
+
+
+# spread_tenants builds a name and a weight per tenant: past this, memory (not the trace) is the limit
+MAX_SPREAD_TENANTS: Final = 1_000_000
 
 
 def _rebuilt(wl: Workload, rows: Iterable[TraceRow], name: str | None = None) -> Workload:
@@ -29,6 +33,8 @@ def scale_rate(wl: Workload, factor: float) -> Workload:
     """Multiply the request rate by ``factor`` (arrival times divided by it)."""
     if not factor > 0 or factor == float("inf"):
         raise WorkloadError(f"scale_rate: factor must be a positive finite number, got {factor!r}")
+    if wl.rows:
+        check_span(max(r.arrival_s for r in wl.rows) / factor, f"scale_rate by {factor:g}")
     return _rebuilt(wl, (moved(r, r.arrival_s / factor) for r in wl.rows))
 
 
@@ -65,6 +71,7 @@ def tile(wl: Workload, min_requests: int) -> Workload:
         return wl
     span = rows[-1].arrival_s - rows[0].arrival_s
     period = span + span / len(rows) if span > 0 else 1.0
+    check_span(max(r.arrival_s for r in rows) + (copies - 1) * period, f"tile to {min_requests} requests ({copies} copies)")
     tiled = [moved(r, r.arrival_s + i * period, f"{r.request_id}#{i}") if i else r
              for i in range(copies) for r in rows]
     return _rebuilt(wl, tiled, f"{wl.name}x{copies}")
@@ -75,6 +82,9 @@ def spread_tenants(wl: Workload, num_tenants: int, *, seed: int = 0, zipf_s: flo
     """Assign each request to one of tenants ``t00..t{N-1}`` (Zipf-like popularity)."""
     if not isinstance(num_tenants, int) or num_tenants < 1:
         raise WorkloadError(f"num_tenants must be a positive integer, got {num_tenants!r}")
+    if num_tenants > MAX_SPREAD_TENANTS:
+        raise WorkloadError(f"num_tenants {num_tenants} is more than {MAX_SPREAD_TENANTS:,} tenants (each gets a "
+                            f"name and a weight in memory); spread over at most {MAX_SPREAD_TENANTS}")
     width = max(2, len(str(num_tenants - 1)))
     names = [f"t{i:0{width}d}" for i in range(num_tenants)]
     weights = [1.0 / (i + 1) ** zipf_s for i in range(num_tenants)]

@@ -13,14 +13,27 @@ import csv
 import json
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Iterable
+from typing import Final, Iterable
 
 REQUIRED = ("request_id", "arrival_s", "tenant", "prompt_tokens", "output_tokens")
 OPTIONAL = ("class", "deadline_s", "priority", "max_tokens")
 
 
+# the latest arrival a workload may have (about 116 days): the timeline is bucketed per
+# second, so a longer span is sliced (--start-s/--end-s) or compressed (--rate-scale) first
+MAX_ARRIVAL_S: Final = 1e7
+
+
 class WorkloadError(ValueError):
     """A trace that cannot be read; the message names file, line and field."""
+
+
+def check_span(last_arrival_s: float, what: str) -> None:
+    """A WorkloadError naming ``what`` when the latest arrival is past ``MAX_ARRIVAL_S``."""
+    if not last_arrival_s <= MAX_ARRIVAL_S:
+        raise WorkloadError(f"{what}: the last arrival would be at {last_arrival_s:.4g} s, past the "
+                            f"{MAX_ARRIVAL_S:.0e} s a workload may span (its timeline is bucketed per second); "
+                            "keep a part of it (--start-s/--end-s, --max-requests) or raise the rate (--rate-scale)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +119,8 @@ class Workload:
         return Workload(f"{self.name}[{tenant}]", tuple(r for r in self.rows if r.tenant == tenant))
 
 
-def parse_number(raw: object, kind: type, where: str, field: str, *, minimum: float | None = None):
+def parse_number(raw: object, kind: type, where: str, field: str, *, minimum: float | None = None,
+                 maximum: float | None = None):
     if isinstance(raw, bool):
         raise WorkloadError(f"{where}: field {field!r}: expected a number, got {raw!r}")
     try:
@@ -119,6 +133,8 @@ def parse_number(raw: object, kind: type, where: str, field: str, *, minimum: fl
         raise WorkloadError(f"{where}: field {field!r}: must be finite, got {raw!r}")
     if minimum is not None and value < minimum:
         raise WorkloadError(f"{where}: field {field!r}: must be >= {minimum}, got {raw!r}")
+    if maximum is not None and value > maximum:
+        raise WorkloadError(f"{where}: field {field!r}: must be <= {maximum:g}, got {raw!r}")
     return value
 
 
@@ -150,7 +166,7 @@ def row_from_mapping(d: dict, where: str) -> TraceRow:
     hashes = d.get("prefix_hashes", d.get("hash_ids")) or ()
     row = TraceRow(
         request_id=rid,
-        arrival_s=parse_number(d["arrival_s"], float, where, "arrival_s", minimum=0),
+        arrival_s=parse_number(d["arrival_s"], float, where, "arrival_s", minimum=0, maximum=MAX_ARRIVAL_S),
         tenant=tenant,
         prompt_tokens=parse_number(d["prompt_tokens"], int, where, "prompt_tokens", minimum=1),
         output_tokens=parse_number(d["output_tokens"], int, where, "output_tokens", minimum=1),
