@@ -3,6 +3,7 @@
 import numpy as np
 
 from tokenfair.evaluation.goodput import finished_tokens_by, goodput, in_time, outcomes, vs_baseline
+from tokenfair.evaluation.bucket_series import BacklogIntervals, ServiceSeries
 from tokenfair.evaluation.metrics import entitled_shares
 from tokenfair.evaluation.overdue import overdue_split
 from tokenfair.evaluation.servicegaps import longest_gap_s, service_gaps, starvation
@@ -75,27 +76,35 @@ def test_throughput_against_a_baseline_uses_one_horizon():
     assert finished_tokens_by(base, 39.9) == 100
 
 
+def _all_along(n):
+    return BacklogIntervals.merged(np.array([0]), np.array([n]))
+
+
+def _flat(n, value):
+    return ServiceSeries(np.arange(n), np.full(n, value))
+
+
 def _entitled(weights):
     return lambda members: entitled_shares({t: weights[t] for t in members}, {})
 
 
 def test_overdue_split_by_the_share_the_tenant_received_while_it_waited():
     n = 100
-    backlog = {"a": np.ones(n, bool), "b": np.ones(n, bool)}
+    backlog = {"a": _all_along(n), "b": _all_along(n)}
     # a received 10% of the service while both were backlogged: its overdue request is a
     # scheduling failure; b's (90%) is its own excess
-    service = {"a": np.full(n, 1.0), "b": np.full(n, 9.0)}
+    service = {"a": _flat(n, 1.0), "b": _flat(n, 9.0)}
     recs = [rec("a", 10.0, 80.0, 90.0, max_wait=30), rec("b", 10.0, 80.0, 90.0, max_wait=30),
             rec("b", 10.0, 20.0, 30.0, max_wait=30)]                          # not overdue
-    split = overdue_split(recs, service, backlog, 1.0, _entitled({"a": 1.0, "b": 1.0}))
+    split = overdue_split(recs, service, backlog, n, 1.0, _entitled({"a": 1.0, "b": 1.0}))
     assert split["within_share"] == 1 and split["over_share"] == 1
     assert split["tenants"] == {"a": {"within_share": 1, "over_share": 0}, "b": {"within_share": 0, "over_share": 1}}
 
 
 def test_two_tenants_splitting_evenly_are_both_over_share():
     n = 100
-    backlog = {"a": np.ones(n, bool), "b": np.ones(n, bool)}
-    service = {"a": np.full(n, 4.9), "b": np.full(n, 5.1)}
+    backlog = {"a": _all_along(n), "b": _all_along(n)}
+    service = {"a": _flat(n, 4.9), "b": _flat(n, 5.1)}
     recs = [rec("a", 10.0, 80.0, 90.0, max_wait=30), rec("b", 10.0, 80.0, 90.0, max_wait=30)]
-    split = overdue_split(recs, service, backlog, 1.0, _entitled({"a": 1.0, "b": 1.0}))
+    split = overdue_split(recs, service, backlog, n, 1.0, _entitled({"a": 1.0, "b": 1.0}))
     assert split["within_share"] == 0 and split["over_share"] == 2

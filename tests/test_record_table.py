@@ -16,7 +16,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from tokenfair.core.costmodel import load_profile
-from tokenfair.evaluation.metrics import backlog_buckets, group_metrics, request_record, summarize
+from tokenfair.evaluation.metrics import backlog_intervals, group_metrics, request_record, summarize
 from tokenfair.evaluation.record_table import JSONL_CHUNK, RecordTable
 from tokenfair.evaluation.servicegaps import starvation
 from tokenfair.evaluation.table_gaps import starvation_of
@@ -100,7 +100,7 @@ def test_the_columnar_group_metrics_are_the_per_record_definitions(recs, with_is
 @settings(max_examples=100, deadline=None)
 @given(_records)
 def test_the_columnar_backlog_is_the_per_record_one(recs):
-    got = backlog_buckets(recs, "tenant", 80, 1.0)
+    got = {k: iv.dense(80) for k, iv in backlog_intervals(recs, "tenant", 80, 1.0).items()}
     want = _reference_backlog(recs, 80, 1.0)
     assert list(got) == list(want) and all(np.array_equal(got[k], want[k]) for k in want)
 

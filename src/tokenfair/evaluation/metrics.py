@@ -29,6 +29,7 @@ from typing import Iterable
 import numpy as np
 
 from ..contracts.contract import Contract
+from .bucket_series import BacklogIntervals, ServiceSeries
 from .overdue import overdue_split
 from ..core.request import Request
 from .record_table import RecordTable, as_table
@@ -62,9 +63,9 @@ def group_metrics(recs: Records, isolated_e2e: dict[str, float] | None) -> dict:
     return group_metrics_of(t, derive(t, isolated_e2e))
 
 
-def backlog_buckets(recs: Records, key: str, n_buckets: int, bucket_s: float) -> dict[str, np.ndarray]:
+def backlog_intervals(recs: Records, key: str, n_buckets: int, bucket_s: float) -> dict[str, BacklogIntervals]:
     """Per ``key`` value (tenant / class), in the order the records first show it backlogged:
-    whether one of its requests waited longer than ``BACKLOG_GRACE_S`` in each bucket."""
+    the buckets in which one of its requests waited longer than ``BACKLOG_GRACE_S``."""
     t = as_table(recs)
     v, p = t.values, t.present
     start = v["arrival_s"] + BACKLOG_GRACE_S
@@ -79,21 +80,10 @@ def backlog_buckets(recs: Records, key: str, n_buckets: int, bucket_s: float) ->
     order = np.argsort(codes, kind="stable")
     a, b = a[order], b[order]
     ends = np.cumsum(np.bincount(codes, minlength=len(names)))
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, BacklogIntervals] = {}
     for c in seen[np.argsort(first)].tolist():
         lo = int(ends[c - 1]) if c else 0
-        diffs = (np.bincount(a[lo:ends[c]], minlength=n_buckets + 1)
-                 - np.bincount(b[lo:ends[c]], minlength=n_buckets + 1))
-        out[names[c]] = np.cumsum(diffs)[:n_buckets] > 0
-    return out
-
-
-def service_array(series: dict, n_buckets: int) -> np.ndarray:
-    out = np.zeros(n_buckets)
-    for b, v in series.items():
-        b = int(b)
-        if 0 <= b < n_buckets:
-            out[b] += v
+        out[names[c]] = BacklogIntervals.merged(a[lo:ends[c]], b[lo:ends[c]])
     return out
 
 
@@ -113,19 +103,27 @@ def entitled_shares(weights: dict[str, float], mins: dict[str, float]) -> dict[s
 
 
 def fairness(recs: Records, timeline: dict, contract: Contract, window_s: float = 60.0) -> dict:
+    """Jain and share deviation over windows, min-share classes' shares while backlogged, and
+    overdue requests split by share.  O(records + buckets with service + windows x backlogged
+    tenants) time and memory (``bucket_series.py``), not O(run length x tenants)."""
     bucket_s = timeline["bucket_s"]
     n_buckets = 1 + max([int(b) for b in timeline["tokens"]] or [0])
     per_window = max(1, int(round(window_s / bucket_s)))
     recs = as_table(recs)
-    backlog = backlog_buckets(recs, "tenant", n_buckets, bucket_s)
-    service = {t: service_array(s, n_buckets) for t, s in timeline["tenant_service"].items()}
+    backlog = backlog_intervals(recs, "tenant", n_buckets, bucket_s)
+    service = {t: ServiceSeries.of(s, n_buckets) for t, s in timeline["tenant_service"].items()}
+    members_of: dict[int, list[str]] = defaultdict(list)    # window -> tenants backlogged in it
+    for t, bl in backlog.items():
+        windows, counts = bl.window_counts(per_window, n_buckets // per_window)
+        for w, k in zip(windows.tolist(), counts.tolist()):
+            if k / per_window >= BACKLOG_FRACTION:
+                members_of[w].append(t)
     jains, devs = [], defaultdict(list)
-    for w0 in range(0, n_buckets - per_window + 1, per_window):
-        sl = slice(w0, w0 + per_window)
-        members = [t for t, bl in backlog.items() if bl[sl].mean() >= BACKLOG_FRACTION]
+    for w in sorted(members_of):
+        members = members_of[w]
         if len(members) < 2:
             continue
-        served = {t: float(service.get(t, np.zeros(n_buckets))[sl].sum()) for t in members}
+        served = {t: service[t].window_sum(w * per_window, per_window) if t in service else 0.0 for t in members}
         total = sum(served.values())
         if total <= 0:
             continue
@@ -136,20 +134,21 @@ def fairness(recs: Records, timeline: dict, contract: Contract, window_s: float 
         for t in members:
             devs[t].append(served[t] / total - ent[t])
     classes = {}
-    cbacklog = backlog_buckets(recs, "class", n_buckets, bucket_s)
-    cservice = {c: service_array(s, n_buckets) for c, s in timeline["class_service"].items()}
-    all_service = sum(service.values()) if service else np.zeros(n_buckets)
+    cbacklog = backlog_intervals(recs, "class", n_buckets, bucket_s)
+    cservice = {c: ServiceSeries.of(s, n_buckets) for c, s in timeline["class_service"].items()}
+    all_service = ServiceSeries.total(service.values())
     for c, spec in contract.classes.items():
         if spec.min_share <= 0 or c not in cbacklog:
             continue
-        mask = cbacklog[c]
-        tot = float(all_service[mask].sum())
-        got = float(cservice.get(c, np.zeros(n_buckets))[mask].sum())
+        where = cbacklog[c].positions()
+        tot = all_service.sum_at(where)
+        got = cservice[c].sum_at(where) if c in cservice else 0.0
         share = got / tot if tot else None
         classes[c] = {"min_share": spec.min_share, "share_while_backlogged": share,
                       "ratio_to_min_share": None if share is None else share / spec.min_share,
-                      "backlogged_s": float(mask.sum() * bucket_s)}
-    split = overdue_split(recs.rows(np.flatnonzero(overdue_mask(recs))), service, backlog, bucket_s, lambda members: entitled_shares(
+                      "backlogged_s": float(len(where) * bucket_s)}
+    split = overdue_split(recs.rows(np.flatnonzero(overdue_mask(recs))), service, backlog,
+                          n_buckets if service else 0, bucket_s, lambda members: entitled_shares(
         {t: contract.tenant(t).weight for t in members}, {t: contract.tenant(t).min_share for t in members}))
     return {
         "overdue_requests": split,

@@ -3,7 +3,8 @@ per tenant over time, TTFT/TPOT CDFs, slowdown, queue length and KV use, preempt
 Each is drawn on a shared matplotlib ``Figure`` (Agg backend) and returned as an inline
 base64 PNG ``<img>``.
 
-Plot cost is bounded: CDF lines are subsampled to at most 256 points, at most 8 tenant (or
+Plot cost is bounded: lines over time have at most ``plot_grid.MAX_PLOT_POINTS`` points
+(whole buckets each), CDF lines are subsampled to at most 256 points, at most 8 tenant (or
 class) groups are drawn, and each figure is closed as soon as it is encoded.
 """
 
@@ -17,7 +18,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from .metrics import backlog_buckets, service_array, entitled_shares
+from .metrics import backlog_intervals, entitled_shares
+from .plot_grid import PlotGrid
 
 MAX_GROUPS = 8
 SMOOTH_S = 10.0
@@ -33,22 +35,6 @@ def _png(fig: Figure) -> str:
     fig.clear()
     data = base64.b64encode(buf.getvalue()).decode("ascii")
     return f'<img class="plot" alt="plot" src="data:image/png;base64,{data}">'
-
-
-_series = service_array   # per-bucket sums over n buckets (metrics.py)
-
-
-def _last_value_series(d: dict, n: int) -> np.ndarray:
-    """A per-bucket gauge (queue length, KV use), carried forward over buckets without steps."""
-    out = np.full(n, np.nan)
-    for b, v in d.items():
-        b = int(b)
-        if 0 <= b < n:
-            out[b] = v
-    for i in range(1, n):
-        if np.isnan(out[i]):
-            out[i] = out[i - 1]
-    return np.nan_to_num(out)
 
 
 def _trailing_sum(a: np.ndarray, w: int) -> np.ndarray:
@@ -83,14 +69,16 @@ def fig_shares(runs: dict, fig: Figure) -> str:
     for ax, pol in zip(axes, policies):
         run = runs[pol]
         tl = run["timeline"]
-        bucket_s = float(tl.get("bucket_s", 1.0))
-        n = 1 + max([int(b) for b in tl["tokens"]] or [0])
-        w = max(1, int(round(SMOOTH_S / bucket_s)))
-        service = {t: _series(s, n) for t, s in tl["tenant_service"].items()}
+        grid = PlotGrid.of(tl)
+        n = grid.num_points
+        w = max(1, int(round(SMOOTH_S / (grid.bucket_s * grid.per_point))))
+        service = {t: grid.sums(s) for t, s in tl["tenant_service"].items()}
         total = _trailing_sum(sum(service.values()) if service else np.zeros(n), w)
         ok = total > 0
-        x = (np.arange(n) + 1) * bucket_s
-        backlog = backlog_buckets(run["records"], "tenant", n, bucket_s)
+        x = grid.x()
+        backlog = backlog_intervals(run["records"], "tenant", grid.n_buckets, grid.bucket_s)
+        names = list(backlog)
+        flags = np.array([grid.backlogged(backlog[t]) for t in names]).reshape(len(names), n)
         contract = run.get("contract")
         weights = {t: (contract.tenant(t).weight if contract else 1.0) for t in all_tenants}
         mins = {t: (contract.tenant(t).min_share if contract else 0.0) for t in all_tenants}
@@ -98,15 +86,15 @@ def fig_shares(runs: dict, fig: Figure) -> str:
         if other:
             groups["other"] = [t for t in all_tenants if t not in shown]
         ent = {g: np.full(n, np.nan) for g in groups}
-        cache: dict[frozenset, dict] = {}
+        cache: dict[tuple[int, ...], dict] = {}
         for b in range(n):
-            members = frozenset(t for t, bl in backlog.items() if bl[b])
+            members = tuple(np.flatnonzero(flags[:, b]).tolist())
             if len(members) < 2:
                 continue
             e = cache.get(members)
             if e is None:
-                shares = entitled_shares({t: weights.get(t, 1.0) for t in members},
-                                         {t: mins.get(t, 0.0) for t in members})
+                shares = entitled_shares({names[i]: weights.get(names[i], 1.0) for i in members},
+                                         {names[i]: mins.get(names[i], 0.0) for i in members})
                 e = cache[members] = {g: sum(shares.get(t, 0.0) for t in ms) for g, ms in groups.items()}
             for g, v in e.items():
                 ent[g][b] = v
@@ -204,12 +192,11 @@ def fig_queue_kv(runs: dict, fig: Figure) -> str:
     fig.set_size_inches(13, 3.3)
     pcol = _colors(policies)
     for pol in policies:
+        grid = PlotGrid.of(runs[pol]["timeline"])
         tl = runs[pol]["timeline"]
-        bucket_s = float(tl.get("bucket_s", 1.0))
-        n = 1 + max([int(b) for b in tl["tokens"]] or [0])
-        x = (np.arange(n) + 1) * bucket_s
-        axes[0].plot(x, _last_value_series(tl["queue_len"], n), color=pcol[pol], lw=1.2, label=pol)
-        axes[1].plot(x, 100 * _last_value_series(tl["kv_usage"], n), color=pcol[pol], lw=1.2, label=pol)
+        x = grid.x()
+        axes[0].plot(x, grid.last_values(tl["queue_len"]), color=pcol[pol], lw=1.2, label=pol)
+        axes[1].plot(x, 100 * grid.last_values(tl["kv_usage"]), color=pcol[pol], lw=1.2, label=pol)
     axes[0].set_ylabel("waiting requests")
     axes[1].set_ylabel("KV cache in use (%)")
     axes[1].set_ylim(0, 102)
