@@ -9,6 +9,7 @@ import pytest
 
 from tokenfair.contracts.contract import Contract
 from tokenfair.core.costmodel import BUILTIN_PROFILES, load_profile
+from tokenfair.runtime.intake import DEFAULT_MAX_TOKENS
 from tokenfair.sim import isolated
 from tokenfair.sim.isolated import isolated_e2e, isolated_latency
 from tokenfair.workloads.workload import TraceRow, moved, with_tenant
@@ -55,6 +56,23 @@ def test_each_distinct_length_pair_is_computed_once(monkeypatch):
     monkeypatch.setattr(isolated, "_decode_step_times", real)
     for r in rows:
         assert bulk[r.request_id] == isolated_latency(r, Contract(), profile, 512)[1]
+
+
+def test_the_baseline_is_of_what_the_run_can_do():
+    """A request is measured alone as the engine runs it: its output stopped at max_tokens
+    (the default when it names none), and a prompt the KV pool can never hold (rejected in
+    the run) has no baseline -- neither is computed token by token."""
+    profile = load_profile(None)
+    capped = TraceRow("capped", 0.0, "t", 100, DEFAULT_MAX_TOKENS)
+    rows = [TraceRow("huge-output", 0.0, "t", 100, 10 ** 12), capped,
+            TraceRow("huge-prompt", 0.0, "t", 10 ** 12, 10), TraceRow("fits", 0.0, "t", 999, 10)]
+    bulk = isolated_e2e(rows, Contract(), profile, 512, capacity_tokens=1000)
+    assert set(bulk) == {"huge-output", "capped", "fits"}
+    assert bulk["huge-output"] == bulk["capped"] == isolated_latency(capped, Contract(), profile, 512)[1]
+    assert isolated_latency(rows[0], Contract(), profile, 512) == isolated_latency(capped, Contract(), profile, 512)
+    limited = dataclasses.replace(rows[0], max_tokens=50)
+    assert isolated_e2e([limited], Contract(), profile, 512)["huge-output"] == \
+        isolated_latency(TraceRow("x", 0.0, "t", 100, 50), Contract(), profile, 512)[1]
 
 
 def test_with_tenant_is_replace():

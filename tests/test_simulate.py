@@ -120,6 +120,20 @@ def test_cli_bad_inputs_exit_2(tmp_path):
     assert res.returncode == 2 and "chunk_size must be <= prefill_token_budget" in res.stderr
 
 
+def test_cli_runs_a_trace_with_a_huge_prompt_and_a_huge_output(tmp_path):
+    """Both end in a terminal state (rejected; stopped at the default max_tokens) and the
+    isolated baselines skip what the run could not do instead of computing it token by token."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("request_id,arrival_s,tenant,prompt_tokens,output_tokens\n"
+                     "p,0,a,1000000000000,10\no,0,b,10,1000000000000\nn,1,b,10,10\n")
+    res = subprocess.run([sys.executable, "-m", "tokenfair", "simulate", str(trace), "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    recs = {r["request_id"]: r for r in map(json.loads, (tmp_path / "o" / "requests.jsonl").read_text().splitlines())}
+    assert recs["p"]["status"] == "rejected" and recs["p"]["reason"].startswith("prompt_exceeds_kv_capacity")
+    assert recs["o"]["status"] == "finished" and recs["o"]["output_tokens"] == 32_768
+
+
 def test_cli_refuses_sizes_past_memory_with_exit_2(tmp_path):
     """Sizes that would exhaust memory or overflow the timeline end at once, exit 2, no traceback."""
     cases = {("--replicas", "10001"): "--replicas: Input should be less than or equal to 10000",

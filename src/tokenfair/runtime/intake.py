@@ -16,6 +16,12 @@ from ..workloads.workload import TraceRow
 DEFAULT_MAX_TOKENS = 32_768
 
 
+def generated_tokens(row: TraceRow) -> int:
+    """The output tokens an engine generates for ``row``: its true length, stopped at its
+    ``max_tokens`` (``DEFAULT_MAX_TOKENS`` when it names none)."""
+    return min(row.output_tokens, row.max_tokens or DEFAULT_MAX_TOKENS)
+
+
 class ClassTerms:
     """What a request of one (tenant, requested class) pair takes from the contract: its
     class, whether the tenant may use it (``allowed``; if not, the request is rejected, and

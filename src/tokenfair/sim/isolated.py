@@ -2,7 +2,7 @@
 
 A request alone on an empty engine is computed in closed form from the cost model (prefill
 in chunks of ``min(chunk_size, prefill_token_budget)``, then one decode step per output
-token), vectorised with numpy.  :func:`isolated_latency` does one request;
+token it generates: its true length stopped at its max_tokens), vectorised with numpy.  :func:`isolated_latency` does one request;
 :func:`isolated_e2e` does a whole trace the same way in bulk: the prefill time once per
 distinct prompt length, the decode steps of all distinct prompt lengths with the same
 output length as one 2-D array summed along its rows (``np.sum(axis=1)`` over a C-contiguous
@@ -20,6 +20,7 @@ import numpy as np
 
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
+from ..runtime.intake import generated_tokens
 from ..workloads.workload import TraceRow
 
 # rows of one 2-D decode array at most (memory: MAX_BLOCK_ROWS x output length floats)
@@ -56,18 +57,23 @@ def _prefill_s(prompt_tokens: int, profile: Profile, chunk: int) -> float:
 def isolated_latency(row: TraceRow, contract: Contract, profile: Profile, chunk: int) -> tuple[float, float]:
     """(TTFT, end-to-end) of ``row`` alone on an empty engine."""
     ttft = _prefill_s(row.prompt_tokens, profile, chunk)
-    ctx = np.arange(row.prompt_tokens, row.prompt_tokens + row.output_tokens - 1, dtype=float)
+    ctx = np.arange(row.prompt_tokens, row.prompt_tokens + generated_tokens(row) - 1, dtype=float)
     return ttft, ttft + _decode_steps_s(profile, ctx)
 
 
-def isolated_e2e(rows, contract: Contract, profile: Profile, chunk: int) -> dict[str, float]:
-    """request id -> :func:`isolated_latency`'s end-to-end seconds, for every row.  Each
-    distinct (prompt length, output length) pair is computed once (performance: a trace
-    tiled in time repeats every pair once per copy)."""
+def isolated_e2e(rows, contract: Contract, profile: Profile, chunk: int,
+                 capacity_tokens: int | None = None) -> dict[str, float]:
+    """request id -> :func:`isolated_latency`'s end-to-end seconds, for every row that can
+    run (``capacity_tokens``: the KV pool's tokens; a row whose prompt does not fit is
+    rejected in the run and has no baseline).  Each distinct (prompt length, output length)
+    pair is computed once (performance: a trace tiled in time repeats every pair once per copy)."""
+    if capacity_tokens is not None:
+        rows = [r for r in rows if r.prompt_tokens + 1 <= capacity_tokens]
     ttft = {p: _prefill_s(p, profile, chunk) for p in {r.prompt_tokens for r in rows}}
+    steps_of = {r.request_id: generated_tokens(r) - 1 for r in rows}
     by_steps: dict[int, dict[int, float]] = defaultdict(dict)    # decode steps -> prompt -> decode s
     for r in rows:
-        by_steps[r.output_tokens - 1][r.prompt_tokens] = 0.0
+        by_steps[steps_of[r.request_id]][r.prompt_tokens] = 0.0
     for steps, of_prompt in by_steps.items():
         if steps <= 0:
             continue
@@ -78,4 +84,4 @@ def isolated_e2e(rows, contract: Contract, profile: Profile, chunk: int) -> dict
             starts = np.array(block, dtype=float)
             sums = np.sum(_decode_step_times(profile, starts[:, None] + offsets[None, :]), axis=1)
             of_prompt.update(zip(block, sums.tolist()))
-    return {r.request_id: ttft[r.prompt_tokens] + by_steps[r.output_tokens - 1][r.prompt_tokens] for r in rows}
+    return {r.request_id: ttft[r.prompt_tokens] + by_steps[steps_of[r.request_id]][r.prompt_tokens] for r in rows}

@@ -71,7 +71,7 @@ def run_summary(workload: Workload, policy: str, contract: Contract, profile: Pr
     iso_req = iso_ten = None
     if isolated:
         iso_req, iso_ten = isolated_baselines(workload, policy, contract, profile, sched.policy,
-                                              max_isolated_tenants)
+                                              max_isolated_tenants, sched.pool.num_blocks * sched.pool.block_size)
     summary = summarize(records, timeline, contract, iso_req, iso_ten)
     summary.update({"policy": policy, "profile": profile.name, "workload": workload.name,
                     **contract.identity(), "sim_wall_s": wall_s,
@@ -80,14 +80,15 @@ def run_summary(workload: Workload, policy: str, contract: Contract, profile: Pr
 
 
 def isolated_baselines(workload: Workload, policy: str, contract: Contract, profile: Profile,
-                       policy_obj: Policy, max_isolated_tenants: int = 32
+                       policy_obj: Policy, max_isolated_tenants: int = 32, capacity_tokens: int | None = None
                        ) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
     """(each request's e2e alone on an empty engine, each tenant's metrics with its traffic
     alone under ``policy``: the ``max_isolated_tenants`` smallest tenants, when there are two
-    or more).  ``policy_obj``: the run's policy (its chunk size and budget sharing)."""
+    or more).  ``policy_obj``: the run's policy (its chunk size and budget sharing);
+    ``capacity_tokens``: the run's KV pool in tokens (prompts that never fit get no baseline)."""
     chunk = min(policy_obj.max_chunk(), contract.engine.prefill_token_budget
                 + (contract.engine.decode_token_budget if policy_obj.shared_budget else 0))
-    iso_req = isolated_e2e(workload.rows, contract, profile, chunk)
+    iso_req = isolated_e2e(workload.rows, contract, profile, chunk, capacity_tokens)
     rows_of: dict[str, list[TraceRow]] = {}
     for r in workload.rows:
         rows_of.setdefault(r.tenant, []).append(r)
