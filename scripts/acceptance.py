@@ -1,7 +1,7 @@
 """Print the fair policy's acceptance figures against fifo and vtc on the six built-in
 scenarios, as a markdown table (the README's table and docs/BENCHMARKS.md come from it).
 
-Usage: python scripts/acceptance.py [--seed N] [--profile NAME] [--scenarios hol,whale]
+Usage: python scripts/acceptance.py [--seed N] [--profile NAME] [--scenarios hol,whale] [--rate-scale X]
 """
 import argparse
 
@@ -40,6 +40,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--profile", default=None)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--rate-scale", type=float, default=1.0,
+                    help="compress each scenario's arrivals in time by this factor (the same requests)")
     a = ap.parse_args()
     prof = load_profile(a.profile)
     print("| scenario | in-time goodput, M tokens: fair (fifo, vtc) | finished, M tokens: fair (fifo) "
@@ -48,7 +50,7 @@ def main() -> None:
           "| light tenants' P99 TTFT | criteria not met |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name in a.scenarios.split(","):
-        print(_row(evaluate_scenario(name, prof, a.seed)), flush=True)
+        print(_row(evaluate_scenario(name, prof, a.seed, a.rate_scale)), flush=True)
 
 
 if __name__ == "__main__":

@@ -96,3 +96,12 @@ def test_fair_passes_the_release_gate(results, name):
     checks = evaluate(s["fair"], load_thresholds(), s["fifo"])
     assert any(c.name == "throughput_ratio_vs_fifo" for c in checks)     # same-horizon ratio present
     assert [c for c in checks if not c.passed] == []
+
+
+def test_a_scenario_at_another_load_is_the_same_requests_compressed_in_time():
+    prof = load_profile(None)
+    base, faster = evaluate_scenario("hol", prof, 0), evaluate_scenario("hol", prof, 0, rate_scale=1.25)
+    assert faster["requests"] == base["requests"]
+    b, f = base["summaries"]["fifo"], faster["summaries"]["fifo"]
+    assert f["finished_tokens"] == b["finished_tokens"]
+    assert f["last_finish_s"] < b["last_finish_s"] and f["overall"]["ttft_s"]["p99"] > b["overall"]["ttft_s"]["p99"]

@@ -25,6 +25,7 @@ from ..core.costmodel import Profile
 from .goodput import vs_baseline
 from .metrics import BACKLOG_GRACE_S
 from ..workloads.scenarios import build_scenario
+from ..workloads.transforms import scale_rate
 from .shedding import shedding_scores, without_shedding
 
 BASELINES: Final = ("fifo", "vtc")
@@ -68,10 +69,13 @@ def _light_ttft(fair: dict, vtc: dict, tenants: tuple[str, ...]) -> tuple[list[C
     return out, text
 
 
-def evaluate_scenario(name: str, profile: Profile, seed: int = 0) -> dict:
-    """Every run's summary, the shedding scores and the criteria for scenario ``name``."""
+def evaluate_scenario(name: str, profile: Profile, seed: int = 0, rate_scale: float = 1.0) -> dict:
+    """Every run's summary, the shedding scores and the criteria for scenario ``name``
+    (``rate_scale``: its arrivals compressed in time by this factor, the same requests)."""
     from ..sim.simulate import simulate
     wl, contract = build_scenario(name, seed)
+    if rate_scale != 1.0:
+        wl = scale_rate(wl, rate_scale)
     runs = {p: simulate(wl, p, contract, profile, isolated=False) for p in BASELINES}
     runs["fair"] = simulate(wl, "fair", contract, profile, isolated=name in LIGHT)
     unshed = simulate(wl, "fair", without_shedding(contract), profile, isolated=False)
