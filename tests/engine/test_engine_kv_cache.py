@@ -148,3 +148,13 @@ def test_check_invariants_detects_leak():
     cache._tables["a"].pop()  # simulate a lost block
     with pytest.raises(AssertionError):
         cache.check_invariants()
+
+
+def test_a_pool_larger_than_memory_is_a_clear_error_before_any_allocation(monkeypatch):
+    from tokenfair.engine import kv_cache
+    with pytest.raises(ValueError, match=r"a KV cache of 16,000,000,000,000 tokens needs .* GB, more than the .* "
+                                         r"GB of cpu memory here; lower the KV capacity \(--kv-tokens\)"):
+        PagedKVCache(num_layers=30, num_kv_heads=3, head_dim=64, num_blocks=10 ** 12, block_size=16)
+    monkeypatch.setattr(kv_cache, "device_memory_bytes", lambda device: 10 ** 6)    # a 1 MB machine
+    with pytest.raises(ValueError, match="KV cache of 64 tokens"):
+        PagedKVCache(num_layers=30, num_kv_heads=3, head_dim=64, num_blocks=4, block_size=16)

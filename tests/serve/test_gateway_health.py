@@ -134,7 +134,13 @@ def test_models_listed_from_the_start_and_a_401_to_the_backend_key_is_down(h, ti
 @pytest.mark.parametrize("args,needle", [(["--probe-timeout-s", "0"], "--probe-timeout-s: input should be greater than 0"),
                                          (["--first-token-timeout-s", "-1"], "--first-token-timeout-s"),
                                          (["--max-body-bytes", "0"], "--max-body-bytes must be > 0"),
-                                         (["--max-prefill-backlog", "-1"], "--max-prefill-backlog: expected tokens >= 0")])
+                                         (["--max-prefill-backlog", "-1"], "--max-prefill-backlog: expected tokens >= 0"),
+                                         (["--port", "70000"], "Invalid value for '--port'"),
+                                         (["--ttft-tolerance", "-1"], "Invalid value for '--ttft-tolerance'"),
+                                         (["--max-inflight-tokens", "-5"], "Invalid value for '--max-inflight-tokens'"),
+                                         (["--max-context", "0"], "Invalid value for '--max-context'"),
+                                         (["--grace-s", "nan"], "Invalid value for '--grace-s'"),
+                                         (["--max-tenant-labels", "-1"], "Invalid value for '--max-tenant-labels'")])
 def test_gateway_timeout_options_are_checked(args, needle):
     from typer.testing import CliRunner
 

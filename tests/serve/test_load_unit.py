@@ -76,6 +76,13 @@ def test_cli_user_errors_exit_2(tmp_path):
     assert r.exit_code == 2 and "weight" in r.output
     r = runner.invoke(app, ["serve", "--model", str(tmp_path / "no-model")])
     assert r.exit_code == 2 and "model" in r.output
+    for bad in ("0", "-1", "nan", "inf"):
+        r = runner.invoke(app, ["load", str(trace), "--url", "http://127.0.0.1:9", "--keys", str(keys),
+                                "--out", str(out), "--time-scale", bad])
+        assert r.exit_code == 2 and "must be finite and > 0" in r.output, (bad, r.output)
+    for args in (["--port", "99999"], ["--max-tokens-default", "0"]):
+        r = runner.invoke(app, ["serve", *args])
+        assert r.exit_code == 2 and f"Invalid value for '{args[0]}'" in r.output, r.output
 
 
 def test_load_records_rejections_through_gateway(h, tmp_path):

@@ -4,6 +4,7 @@ user errors exit with status 2 and a message."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Optional
 
 import typer
@@ -54,15 +55,15 @@ def fake_backend(port: int = typer.Option(8001, help="TCP port"),
         if token_delay_s is not None:
             if profile is not None:
                 raise ValueError("give --profile or --token-delay-s, not both")
-            if token_delay_s < 0 or ttft_s < 0 or concurrency <= 0:
-                raise ValueError("--token-delay-s and --ttft-s must be >= 0 and --concurrency > 0")
+            if not (0 <= token_delay_s < math.inf and 0 <= ttft_s < math.inf) or concurrency <= 0:
+                raise ValueError("--token-delay-s and --ttft-s must be finite and >= 0, and --concurrency > 0")
             app = create_fake_backend(concurrency=concurrency, token_delay_s=token_delay_s, ttft_s=ttft_s,
                                       model=model)
             what = f"{concurrency} at once, {token_delay_s:g} s/token"
         else:
             prof = load_profile(profile or "llama3-8b-a100")
-            if max_running <= 0 or time_scale <= 0:
-                raise ValueError("--max-running and --time-scale must be > 0")
+            if max_running <= 0 or not 0 < time_scale < math.inf:
+                raise ValueError("--max-running and --time-scale must be finite and > 0")
             app = create_fake_backend(model=model, profile=prof, max_running=max_running, time_scale=time_scale)
             what = f"profile {prof.name}, max_running {max_running}"
     except (*USER_ERRORS, OSError) as err:

@@ -9,6 +9,7 @@ message, never a traceback.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, List, Optional
@@ -19,6 +20,8 @@ from .common import USER_ERRORS, error_message, fail, resolve_contract, resolve_
 from .options import nested, option, options_command
 from ..sched.backend_window import DEFAULT_MAX_PREFILL_TOKENS
 from ..serve.defaults import CLOSE_S, DEFAULT_GRACE_S, DEFAULT_MAX_BODY_BYTES
+
+MAX_PORT = 65535
 
 
 def _keyring(contract, allow_anonymous: Optional[str]):
@@ -86,8 +89,8 @@ class ServiceOptions:
     contract_store: Optional[Path] = option(None, CONTRACT_STORE_HELP)
     thresholds: Optional[Path] = option(None, "thresholds YAML for canaries (default: built-in)")
     allow_anonymous: Optional[str] = option(None, "tenant for requests WITHOUT a key (testing)")
-    grace_s: float = option(DEFAULT_GRACE_S, "shutdown grace period for in-flight requests (+5 s to close)")
-    max_tenant_labels: int = option(20, "tenant label values in /metrics before 'other'")
+    grace_s: float = option(DEFAULT_GRACE_S, "shutdown grace period for in-flight requests (+5 s to close)", min=0.0)
+    max_tenant_labels: int = option(20, "tenant label values in /metrics before 'other'", min=0)
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,7 @@ class ServeOptions:
 
     model: str = option("default", "'default' (SmolLM2-135M GGUF), a .gguf file or an HF folder")
     contract: Optional[Path] = option(None, "contract YAML (tenants, keys, classes)")
-    port: int = option(8000, "TCP port")
+    port: int = option(8000, "TCP port", min=1, max=MAX_PORT)
     host: str = option("127.0.0.1", "bind address")
     threads: int = option(2, "CPU threads for the model")
     policy: str = option("fair", "scheduling policy (fair, fifo, ...)")
@@ -140,7 +143,7 @@ class ServeOptions:
     block_size: int = option(16, "KV block size in tokens")
     profile: Optional[str] = option(None, "calibrated profile YAML for the policy's estimates")
     served_model_name: Optional[str] = option(None, "model id reported by /v1/models")
-    max_tokens_default: int = option(256, "max_tokens for chat requests that give none")
+    max_tokens_default: int = option(256, "max_tokens for chat requests that give none", min=1)
     service: ServiceOptions = nested(ServiceOptions)
     seed: int = option(0, "sampling seed source")
     http: HttpOptions = nested(HttpOptions)
@@ -175,22 +178,23 @@ class GatewayOptions:
 
     backend: List[str] = option(..., "OpenAI-compatible backend base URL (repeat)")
     contract: Optional[Path] = option(None, "contract YAML (tenants, keys, classes)")
-    port: int = option(8080, "TCP port")
+    port: int = option(8080, "TCP port", min=1, max=MAX_PORT)
     host: str = option("127.0.0.1", "bind address")
     policy: str = option("fair", "scheduling policy for the gateway queue")
     backend_key: Optional[str] = option(None, "API key for the backends (default: forward the client's)")
     initial_window: float = option(2.0, "initial per-backend concurrency window")
     max_window: float = option(256.0, "largest per-backend window")
     min_window: float = option(1.0, "smallest per-backend window")
-    ttft_tolerance: float = option(2.0, "TTFT over tolerance x baseline (+slack) shrinks the window")
+    ttft_tolerance: float = option(2.0, "TTFT over tolerance x baseline (+slack) shrinks the window", min=1.0)
     window_mode: str = option("saturation", "'saturation' (the backend's /metrics queue and KV usage; TTFT "
                               "when it has none) or 'latency' (TTFT only)", "--window")
     backend_priority: bool = option(False, "send vLLM `priority` from the class (backends run "
                                     "--scheduling-policy priority or the tokenfair scheduler)")
-    max_inflight_tokens: Optional[int] = option(None, "cap on predicted tokens in flight per backend")
+    max_inflight_tokens: Optional[int] = option(None, "cap on predicted tokens in flight per backend", min=1)
     max_prefill_backlog: int = option(DEFAULT_MAX_PREFILL_TOKENS, "with --window saturation: prompt tokens released to a vLLM "
                                       "backend without a first token yet, at most (0: no bound)")
-    max_context: Optional[int] = option(None, "backends' context length (400 context_length_exceeded beyond it)")
+    max_context: Optional[int] = option(None, "backends' context length (400 context_length_exceeded beyond it)",
+                                        min=1)
     service: ServiceOptions = nested(ServiceOptions)
     connect_timeout_s: float = option(3.0, "seconds to connect to a backend")
     first_token_timeout_s: float = option(120.0, "seconds from release to a backend's first token")
@@ -282,8 +286,8 @@ def load(workload: str = typer.Argument(..., help="built-in scenario or trace pa
             base_url(u)
         if endpoint not in ("completions", "chat"):
             raise ValueError(f"--endpoint must be 'completions' or 'chat', got {endpoint!r}")
-        if time_scale <= 0 or max_connections <= 0 or timeout <= 0:
-            raise ValueError("time_scale, timeout and max_connections must be > 0")
+        if not (0 < time_scale < math.inf and 0 < timeout < math.inf) or max_connections <= 0:
+            raise ValueError("time_scale, timeout and max_connections must be finite and > 0")
     except USER_ERRORS as err:
         fail(error_message(err))
     cfg = LoadConfig(url=url[0], more_urls=tuple(url[1:]), keys=key_map, endpoint=endpoint, model=model, time_scale=time_scale, seed=seed,

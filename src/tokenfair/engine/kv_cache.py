@@ -16,6 +16,7 @@ query would have said no, leaving the cache unchanged.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -38,6 +39,22 @@ def _blocks_for(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size)
 
 
+def device_memory_bytes(device: torch.device) -> int:
+    """The memory a KV pool on ``device`` can take at most: the GPU's, or the machine's."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_fits(num_bytes: int, num_tokens: int, device: torch.device) -> None:
+    """A ValueError naming the capacity when a KV pool of ``num_bytes`` cannot fit ``device``
+    (before torch tries, and fails with a traceback, or the block lists take the memory)."""
+    have = device_memory_bytes(device)
+    if num_bytes > have:
+        raise ValueError(f"a KV cache of {num_tokens:,} tokens needs {num_bytes / 1e9:,.1f} GB, more than the "
+                         f"{have / 1e9:,.1f} GB of {device.type} memory here; lower the KV capacity (--kv-tokens)")
+
+
 class PagedKVCache:
     def __init__(
         self,
@@ -52,6 +69,8 @@ class PagedKVCache:
     ) -> None:
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError("num_blocks and block_size must be positive")
+        check_fits(num_layers * 2 * num_blocks * block_size * num_kv_heads * head_dim
+                   * torch.empty((), dtype=dtype).element_size(), num_blocks * block_size, torch.device(device))
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.num_host_blocks = num_blocks if num_host_blocks is None else num_host_blocks

@@ -4,6 +4,7 @@ simulator's files (requests.jsonl, summary.json, timeline.json)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +33,8 @@ def prepare_workload(workload, max_requests: int | None = None, time_scale: floa
 
     from ..workloads.workload import Workload
 
-    if time_scale <= 0:
-        raise ValueError(f"time_scale must be > 0, got {time_scale}")
+    if not 0 < time_scale < math.inf:
+        raise ValueError(f"time_scale must be finite and > 0, got {time_scale}")
     if max_requests is not None and max_requests <= 0:
         raise ValueError(f"max_requests must be positive, got {max_requests}")
     rows = workload.rows[:max_requests] if max_requests is not None else workload.rows
