@@ -48,7 +48,8 @@ def bench_fleet_cmd(workload: str = typer.Argument("azure:conv"),
     from ..benchmarks.fleet_sim import bench_fleet
     from .common import fail
     try:
-        fleet_config(replicas, router, fleet_policy, prefix_cache, None, 0.1)
+        from ..sim.fleet import DEFAULT_CACHED_DISCOUNT
+        fleet_config(replicas, router, fleet_policy, prefix_cache, None, DEFAULT_CACHED_DISCOUNT)
         r = bench_fleet(workload, policy, replicas=replicas, router=router, fleet_policy=fleet_policy,
                         prefix_cache=prefix_cache, tenants=tenants, seed=seed, max_requests=max_requests,
                         min_requests=min_requests, rate_scale=float(replicas) if rate_scale is None else rate_scale,

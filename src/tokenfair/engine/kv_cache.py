@@ -69,8 +69,8 @@ class PagedKVCache:
     ) -> None:
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError("num_blocks and block_size must be positive")
-        check_fits(num_layers * 2 * num_blocks * block_size * num_kv_heads * head_dim
-                   * torch.empty((), dtype=dtype).element_size(), num_blocks * block_size, torch.device(device))
+        check_fits(num_layers * 2 * num_blocks * block_size * num_kv_heads * head_dim * dtype.itemsize,
+                   num_blocks * block_size, torch.device(device))
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.num_host_blocks = num_blocks if num_host_blocks is None else num_host_blocks

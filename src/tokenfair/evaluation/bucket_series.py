@@ -21,6 +21,19 @@ from typing import Iterable
 import numpy as np
 
 
+def bucket_items(series: dict, n_buckets: int) -> tuple[np.ndarray, np.ndarray]:
+    """A timeline series ``{bucket: value}`` (keys may be strings, as read from JSON) as its
+    buckets in ``[0, n_buckets)``, ascending, and each one's value (values of one bucket
+    added from 0.0, as into a dense array; buckets outside are left out)."""
+    acc: dict[int, float] = {}
+    for b, v in series.items():
+        b = int(b)
+        if 0 <= b < n_buckets:
+            acc[b] = acc.get(b, 0.0) + v
+    keys = sorted(acc)
+    return np.array(keys, dtype=np.int64), np.array([acc[k] for k in keys], dtype=np.float64)
+
+
 class ServiceSeries:
     """One name's service per bucket.  Invariants: ``buckets`` ascending, unique, each in
     ``[0, n_buckets)``; ``values[i]`` the service in ``buckets[i]``; ``prefix[i]`` the
@@ -35,15 +48,8 @@ class ServiceSeries:
 
     @classmethod
     def of(cls, series: dict, n_buckets: int) -> "ServiceSeries":
-        """From the timeline's ``{bucket: service}`` (keys may be strings, as read from JSON);
-        buckets outside ``[0, n_buckets)`` are left out, as the dense arrays left them."""
-        acc: dict[int, float] = {}
-        for b, v in series.items():
-            b = int(b)
-            if 0 <= b < n_buckets:
-                acc[b] = acc.get(b, 0.0) + v
-        keys = sorted(acc)
-        return cls(np.array(keys, dtype=np.int64), np.array([acc[k] for k in keys], dtype=np.float64))
+        """From the timeline's ``{bucket: service}`` (:func:`bucket_items`)."""
+        return cls(*bucket_items(series, n_buckets))
 
     @classmethod
     def total(cls, series: Iterable["ServiceSeries"]) -> "ServiceSeries":
@@ -107,9 +113,6 @@ class BacklogIntervals:
         last = np.concatenate((np.flatnonzero(first)[1:] - 1, [len(a) - 1]))
         return cls(starts, reach[last])
 
-    def num_buckets(self) -> int:
-        return int(self.covered_before[-1])
-
     def covered(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Per pair, the backlogged buckets in ``[lo, hi)``."""
         return self._covered_below(hi) - self._covered_below(lo)
@@ -141,10 +144,3 @@ class BacklogIntervals:
         if not len(self.starts):
             return np.zeros(0, dtype=np.int64)
         return np.concatenate([np.arange(s, e) for s, e in zip(self.starts.tolist(), self.ends.tolist())])
-
-    def dense(self, n_buckets: int) -> np.ndarray:
-        """A flag per bucket (for plots)."""
-        out = np.zeros(n_buckets, dtype=bool)
-        for s, e in zip(self.starts.tolist(), self.ends.tolist()):
-            out[s:e] = True
-        return out

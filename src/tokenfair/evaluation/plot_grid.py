@@ -9,7 +9,7 @@ from typing import Final
 
 import numpy as np
 
-from .bucket_series import BacklogIntervals
+from .bucket_series import BacklogIntervals, bucket_items
 
 MAX_PLOT_POINTS: Final = 2000
 
@@ -35,13 +35,13 @@ class PlotGrid:
 
     def sums(self, series: dict) -> np.ndarray:
         """A per-bucket series (``{bucket: value}``) summed per point."""
-        keys, values = _items(series, self.n_buckets)
+        keys, values = bucket_items(series, self.n_buckets)
         return np.bincount(keys // self.per_point, weights=values, minlength=self.num_points)
 
     def last_values(self, series: dict) -> np.ndarray:
         """A gauge (queue length, KV use) at each point's last bucket, carried forward over
         buckets without steps; 0 before its first value."""
-        keys, values = _items(series, self.n_buckets)
+        keys, values = bucket_items(series, self.n_buckets)
         last = np.minimum((np.arange(self.num_points) + 1) * self.per_point, self.n_buckets) - 1
         idx = np.searchsorted(keys, last, side="right") - 1
         return np.where(idx >= 0, values[np.maximum(idx, 0)] if len(values) else 0.0, 0.0)
@@ -52,9 +52,3 @@ class PlotGrid:
         hi = np.minimum(lo + self.per_point, self.n_buckets)
         return intervals.covered(lo, hi) >= 0.5 * (hi - lo)
 
-
-def _items(series: dict, n_buckets: int) -> tuple[np.ndarray, np.ndarray]:
-    """The series' buckets in ``[0, n_buckets)``, ascending, and their values."""
-    pairs = sorted((int(b), v) for b, v in series.items() if 0 <= int(b) < n_buckets)
-    return (np.array([b for b, _ in pairs], dtype=np.int64),
-            np.array([v for _, v in pairs], dtype=np.float64))

@@ -34,7 +34,7 @@ def scale_rate(wl: Workload, factor: float) -> Workload:
     if not factor > 0 or factor == float("inf"):
         raise WorkloadError(f"scale_rate: factor must be a positive finite number, got {factor!r}")
     if wl.rows:
-        check_span(max(r.arrival_s for r in wl.rows) / factor, f"scale_rate by {factor:g}")
+        check_span(wl.rows[-1].arrival_s / factor, f"scale_rate by {factor:g}")     # rows by arrival
     return _rebuilt(wl, (moved(r, r.arrival_s / factor) for r in wl.rows))
 
 
@@ -71,7 +71,7 @@ def tile(wl: Workload, min_requests: int) -> Workload:
         return wl
     span = rows[-1].arrival_s - rows[0].arrival_s
     period = span + span / len(rows) if span > 0 else 1.0
-    check_span(max(r.arrival_s for r in rows) + (copies - 1) * period, f"tile to {min_requests} requests ({copies} copies)")
+    check_span(rows[-1].arrival_s + (copies - 1) * period, f"tile to {min_requests} requests ({copies} copies)")
     tiled = [moved(r, r.arrival_s + i * period, f"{r.request_id}#{i}") if i else r
              for i in range(copies) for r in rows]
     return _rebuilt(wl, tiled, f"{wl.name}x{copies}")
