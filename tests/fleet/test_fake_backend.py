@@ -97,6 +97,8 @@ def test_cli_fake_backend_serves_and_rejects_bad_options(tmp_path):
     from tokenfair.cli.app import app
     bad = CliRunner().invoke(app, ["fake-backend", "--max-running", "0"])
     assert bad.exit_code == 2 and "--max-running" in bad.output
+    bad = CliRunner().invoke(app, ["fake-backend", "--port", "99999"])
+    assert bad.exit_code == 2 and "Invalid value for '--port'" in bad.output
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "tokenfair", "fake-backend", "--port", str(port),
                              "--time-scale", "0.01"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

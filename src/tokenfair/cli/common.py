@@ -12,6 +12,8 @@ from ..core.costmodel import ProfileError
 from ..workloads.scenarios import SCENARIOS, build_scenario
 from ..workloads.workload import Workload, WorkloadError, read_trace
 
+MAX_PORT = 65535          # the largest TCP port a server option takes
+
 USER_ERRORS = (ContractError, WorkloadError, ProfileError, KeyError, ValueError, FileNotFoundError)
 
 

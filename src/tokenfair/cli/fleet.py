@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from .common import USER_ERRORS, error_message, fail
+from .common import MAX_PORT, USER_ERRORS, error_message, fail
 
 fleet_app = typer.Typer(no_args_is_help=True, help="A fleet of gateways sharing state through Redis.")
 
@@ -35,7 +35,7 @@ def fleet_status(redis: str = typer.Option(..., help="the fleet's Redis URL, e.g
     typer.echo(json.dumps(st, indent=2) if as_json else format_status(st))
 
 
-def fake_backend(port: int = typer.Option(8001, help="TCP port"),
+def fake_backend(port: int = typer.Option(8001, min=1, max=MAX_PORT, help="TCP port"),
                  host: str = typer.Option("127.0.0.1", help="bind address"),
                  profile: Optional[str] = typer.Option(None, help="simulator profile (name or YAML) for continuous-"
                                                        "batching step times (default llama3-8b-a100)"),

@@ -16,12 +16,10 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
-from .common import USER_ERRORS, error_message, fail, resolve_contract, resolve_workload
+from .common import MAX_PORT, USER_ERRORS, error_message, fail, resolve_contract, resolve_workload
 from .options import nested, option, options_command
 from ..sched.backend_window import DEFAULT_MAX_PREFILL_TOKENS
 from ..serve.defaults import CLOSE_S, DEFAULT_GRACE_S, DEFAULT_MAX_BODY_BYTES
-
-MAX_PORT = 65535
 
 
 def _keyring(contract, allow_anonymous: Optional[str]):
