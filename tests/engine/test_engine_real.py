@@ -274,8 +274,9 @@ def test_prepare_workload():
     wl, _ = _trace(n=10)
     p = prepare_workload(wl, max_requests=4, time_scale=3.0)
     assert len(p.rows) == 4 and p.rows[3].arrival_s == pytest.approx(3 * wl.rows[3].arrival_s)
-    with pytest.raises(ValueError):
-        prepare_workload(wl, time_scale=0)
+    for bad in (0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="time_scale must be finite and > 0"):
+            prepare_workload(wl, time_scale=bad)
 
 
 def test_runner_reorders_internally_but_answers_in_caller_order(loaded):

@@ -99,6 +99,9 @@ def test_cli_fake_backend_serves_and_rejects_bad_options(tmp_path):
     assert bad.exit_code == 2 and "--max-running" in bad.output
     bad = CliRunner().invoke(app, ["fake-backend", "--port", "99999"])
     assert bad.exit_code == 2 and "Invalid value for '--port'" in bad.output
+    for args in (["--token-delay-s", "nan"], ["--time-scale", "inf"]):
+        bad = CliRunner().invoke(app, ["fake-backend", *args])
+        assert bad.exit_code == 2 and "must be finite" in bad.output, (args, bad.output)
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "tokenfair", "fake-backend", "--port", str(port),
                              "--time-scale", "0.01"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
