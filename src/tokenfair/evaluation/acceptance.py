@@ -21,11 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from ..contracts.contract import Contract
 from ..core.costmodel import Profile
 from .goodput import vs_baseline
 from .metrics import BACKLOG_GRACE_S
 from ..workloads.scenarios import build_scenario
 from ..workloads.transforms import scale_rate
+from ..workloads.workload import Workload
 from .shedding import shedding_scores, without_shedding
 
 BASELINES: Final = ("fifo", "vtc")
@@ -72,12 +74,19 @@ def _light_ttft(fair: dict, vtc: dict, tenants: tuple[str, ...]) -> tuple[list[C
 def evaluate_scenario(name: str, profile: Profile, seed: int = 0, rate_scale: float = 1.0) -> dict:
     """Every run's summary, the shedding scores and the criteria for scenario ``name``
     (``rate_scale``: its arrivals compressed in time by this factor, the same requests)."""
-    from ..sim.simulate import simulate
     wl, contract = build_scenario(name, seed)
     if rate_scale != 1.0:
         wl = scale_rate(wl, rate_scale)
+    return evaluate_workload(name, wl, contract, profile, LIGHT.get(name, ()))
+
+
+def evaluate_workload(name: str, wl: Workload, contract: Contract, profile: Profile,
+                      light: tuple[str, ...]) -> dict:
+    """:func:`evaluate_scenario` for any workload and contract; ``light``: the tenants whose
+    P99 TTFT is held to vtc's and to ``MAX_LIGHT_VS_ISOLATED`` x isolated."""
+    from ..sim.simulate import simulate
     runs = {p: simulate(wl, p, contract, profile, isolated=False) for p in BASELINES}
-    runs["fair"] = simulate(wl, "fair", contract, profile, isolated=name in LIGHT)
+    runs["fair"] = simulate(wl, "fair", contract, profile, isolated=bool(light))
     unshed = simulate(wl, "fair", without_shedding(contract), profile, isolated=False)
     fair, vtc = runs["fair"].summary, runs["vtc"].summary
     for p in ("vtc", "fair"):
@@ -100,6 +109,6 @@ def evaluate_scenario(name: str, profile: Profile, seed: int = 0, rate_scale: fl
                   len(runs["fair"].records) == len(wl.rows)
                   and all(r["status"] in TERMINAL and r["reason"] for r in runs["fair"].records)),
     ]
-    light, light_text = _light_ttft(fair, vtc, LIGHT.get(name, ()))
+    light_crit, light_text = _light_ttft(fair, vtc, light)
     return {"scenario": name, "requests": len(wl.rows), "summaries": {p: r.summary for p, r in runs.items()},
-            "shedding": shed, "criteria": crit + light, "light_text": light_text}
+            "shedding": shed, "criteria": crit + light_crit, "light_text": light_text}
