@@ -55,7 +55,7 @@ class Parts:
         class_min = {"reserved": 0.2}
         self.queue = WaitingQueue(contract, "edf", 16, self.costs, self.wfq, class_min)
         self.meter = ShareMeter(contract, self.roster, TAU_S, list(class_min))
-        self.headroom = Headroom(contract, self.pool, self.roster)
+        self.headroom = Headroom(contract, self.pool, self.roster, self.wfq)
         self.slos = DecodeSLOs()
         self.step_time = StepTimer(0.02)
         self.accounting = Accounting(contract, self.costs, self.wfq, self.roster, self.meter, self.headroom,

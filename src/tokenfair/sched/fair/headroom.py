@@ -3,6 +3,13 @@ tenants within theirs (the static headroom, or what those tenants used at their 
 peak up to their own weight share, whichever is larger); and, under KV pressure, room
 for the running requests to grow.
 
+Within its share means in both senses: the tenant holds at most its weight share of the
+KV blocks and the slots, and it is not ahead of the others in service (the WFQ's
+``S_i <= V + C / w_i``, ``wfq.py``).  Slots alone are not service: a tenant whose requests
+are long prompts gets thousands of prefill tokens a step from one slot, one whose requests
+are decodes a token a slot; counted by slots only, the first would own a reservation, and
+take the reserved slots past the others, however far ahead of them it is.
+
 KV growth reserve.  Admission needs the whole prompt's blocks free; the running requests
 then grow by a token per decode step, and when the pool runs out one of them is evicted and
 its work recovered (recomputed or swapped).  In a KV-bound engine that cycle repeats at
@@ -27,6 +34,7 @@ from ...core.request import Request
 from .roster import TenantRoster
 from .shares import ShareMeter
 from .tenant import TenantState
+from .wfq import VirtualTimeWFQ
 
 PEAK_MARGIN: Final = 1.25
 # the fraction of the running requests' predicted KV growth kept free under KV pressure
@@ -44,10 +52,11 @@ class Headroom:
     fractions of the pool's blocks and of ``max_running``; ``cache`` is ``reservations()``
     as of the current step, or None (cleared at every step's end, :meth:`invalidate`)."""
 
-    def __init__(self, contract: Contract, pool: BlockPool, roster: TenantRoster) -> None:
+    def __init__(self, contract: Contract, pool: BlockPool, roster: TenantRoster, wfq: VirtualTimeWFQ) -> None:
         self.contract = contract
         self.pool = pool
         self.roster = roster
+        self.wfq = wfq
         self.headroom_blocks = 0
         self.headroom_slots = 0
         self.cache: tuple[dict[str, tuple[float, float]], float, float] | None = None
@@ -137,20 +146,22 @@ class Headroom:
         it would reserve: ``min(PEAK_MARGIN x peak, share x capacity) - held``, their sums)
         over the active tenants with a peak that are within their share
         (``within_share(o, 0, 0)``, inlined: the same float operations, summed in tenant
-        order).  O(tenants), at most once per step."""
+        order) and not ahead in service (``wfq.within_share``).  O(tenants), at most once
+        per step."""
         per: dict[str, tuple[float, float]] = {}
         blocks_sum = slots_sum = 0.0
         active_weight = self.roster.active_weight + 0.0     # every tenant counted here is active
         num_blocks = self.pool.num_blocks
         max_running = self.max_running
         held = self.pool.held
+        wfq = self.wfq
         for o in self.roster.tenants.values():
             if o.active and o.kv_peak > 0:
                 w = o.weight
                 share = w / (w if w > active_weight else active_weight)   # max(active_weight, w)
                 kv = held.get(o.name, 0)
                 slots = len(o.running)
-                if kv <= share * num_blocks and slots <= share * max_running:
+                if kv <= share * num_blocks and slots <= share * max_running and wfq.within_share(o):
                     b = min(PEAK_MARGIN * o.kv_peak, share * num_blocks) - kv
                     if not b > 0.0:
                         b = 0.0

@@ -103,7 +103,7 @@ class FairPolicy(Policy):
         class_min = {k: s.min_share for k, s in contract.classes.items() if s.min_share > 0}
         self.queue = queue = WaitingQueue(contract, self.order, pool.block_size, costs, wfq, class_min)
         self.meter = meter = ShareMeter(contract, roster, self.share_tau_s, list(class_min))
-        self.headroom = headroom = Headroom(contract, pool, roster)
+        self.headroom = headroom = Headroom(contract, pool, roster, wfq)
         self.decode_slos = slos = DecodeSLOs()
         self.step_time = step_time = StepTimer(initial_step_s(profile))
         self.forecaster = WaitForecaster(contract, meter, queue, prefill_rate(costs, profile, full), step_time,
@@ -229,10 +229,12 @@ class FairPolicy(Policy):
         keep = self.picker.reserve
         if keep is not None and keep.tenant != req.tenant and num_running + 2 > max_running:
             return False                        # the forced head's slot stays free
-        # the slots kept for the tenants within their share do not hold a light tenant, nor
-        # a forced head (its tenant is within its share: guarantee.py)
+        # the slots kept for the tenants within their share (of slots and KV, and of
+        # service: headroom.py) do not hold a tenant within its share, a light tenant, nor a
+        # forced head (its tenant is within its share: guarantee.py)
         reserved_slots = self.headroom.reserved(t, num_running)[1]
-        if (num_running + 1 > max_running - reserved_slots and not self.headroom.within_share(t, 0, 1)
+        if (num_running + 1 > max_running - reserved_slots
+                and not (self.headroom.within_share(t, 0, 1) and self.wfq.within_share(t))
                 and req is not self.picker.forced_head and not self.meter.is_light(t, now)):
             return False
         return self.admission.can_admit(t, req, num_running, self.costs.predicted(req), now)
