@@ -48,7 +48,9 @@ def test_shedding_is_precise_wherever_fair_sheds(results, name):
     c = _crit(results[name], "shedding precision")
     assert c.passed, c
     shed = results[name]["shedding"]
-    assert (shed["shed"] > 0) == (name in ("whale", "flood", "burst-long", "many-light"))
+    # burst-long's docs wait up to 120 s, further ahead than the burst's spell can show
+    # (forecast.py, Look-ahead): they are queued, not shed
+    assert (shed["shed"] > 0) == (name in ("whale", "flood", "many-light"))
 
 
 @pytest.mark.parametrize("name", sorted(LIGHT))
@@ -68,13 +70,15 @@ def test_whale_and_many_light_fairness_is_measured(results):
     assert results["whale"]["summaries"]["fifo"]["fairness"]["jain_min"] < 0.6
 
 
-def test_burst_long_sheds_only_what_would_be_late(results):
+def test_burst_long_queues_the_burst(results):
     s = results["burst-long"]["summaries"]["fair"]
     docs = s["tenants"]["docs"]
-    # most of the burst is served, and what is served starts within the class's max wait
-    # (the forecast admits a few whose wait it puts just under the 120 s: 8 of 136 here)
-    assert docs["status"]["finished"] >= 120 and s["overdue_requests"] <= 0.08 * docs["status"]["finished"]
-    assert results["burst-long"]["shedding"]["precision"] >= 0.9
+    # the burst's spell is seconds long and its max wait 120 s: nothing is refused
+    # (forecast.py, Look-ahead); every prompt is served, most within the max wait (124 of
+    # 206 here, vtc 132; the rest start late, as under fifo and vtc)
+    assert results["burst-long"]["shedding"]["shed"] == 0
+    assert docs["status"] == {"finished": docs["requests"]}
+    assert docs["requests"] - s["overdue_requests"] >= 120
 
 
 def test_flood_low_class_finishes_and_gets_its_min_share(results):
