@@ -113,10 +113,10 @@ class AdmissionSpec(_Frozen):
     rate) and looks at most a minute further ahead than the tenant's backlog spell (a class
     whose max wait is longer sheds only once the spell is that max wait less a minute), and
     ``shed_margin`` defaults to 1.0: a request is refused only when it would wait past its max
-    wait anyway.  On by default because an overdue request costs its tenant the
-    same engine work as an early 429 and, queued, it lengthens every later request's wait:
-    on the built-in scenarios that shed, fair's in-time goodput is 1.0-1.6x what the same
-    policy gets with it off, at a shedding precision of 92-100% (``tokenfair bench shedding``,
+    wait anyway.  On by default because an overdue request costs its tenant the same engine
+    work as an early 429 and, queued, it lengthens every later request's wait: on the
+    built-in scenarios that shed, fair's in-time goodput is 1.2-1.5x what the same policy
+    gets with it off, at a shedding precision of 93-96% (``tokenfair bench shedding``,
     docs/BENCHMARKS.md).  Off until ``warmup_s`` of service."""
 
     shed_over_max_wait: bool = True
