@@ -24,7 +24,7 @@ from typing import Final
 import numpy as np
 
 from ..contracts.contract import Contract, parse_contract
-from .scenarios import poisson_stream
+from .scenarios import poisson_stream, stream_workload
 from .workload import TraceRow, Workload
 
 RANDOM_MIX_STREAM: Final = 777           # the generator's stream, apart from the scenarios'
@@ -68,12 +68,8 @@ def random_mix(seed: int) -> tuple[Workload, Contract, tuple[str, ...]]:
                    "chunk_size": 512, "max_running": int(rng.choice([64, 256]))},
         "preemption": {"mode": "auto", "max_per_request": 2, "min_benefit_ratio": 2.0, "cooldown_s": 1.0},
     }, f"random mix {seed}")
-    items.sort(key=lambda x: (x[0], x[1]))
-    name = f"random-mix-{seed}"
-    rows = tuple(TraceRow(request_id=f"{name}-{i:06d}", arrival_s=round(t, 6), tenant=ten,
-                          prompt_tokens=p, output_tokens=o, klass=k)
-                 for i, (t, ten, p, o, k) in enumerate(items))
-    return Workload(name, rows), contract, light_tenants(rows, contract)
+    wl = stream_workload(f"random-mix-{seed}", items)
+    return wl, contract, light_tenants(wl.rows, contract)
 
 
 def light_tenants(rows: tuple[TraceRow, ...], contract: Contract) -> tuple[str, ...]:

@@ -42,7 +42,9 @@ def poisson_stream(rng: np.random.Generator, tenant: str, rate: float, t0: float
     return [(float(t), tenant, int(p), int(o), klass) for t, p, o in zip(times, ps, os_)]
 
 
-def _rows(name: str, items: list[tuple]) -> Workload:
+def stream_workload(name: str, items: list[tuple]) -> Workload:
+    """``items`` (``poisson_stream``'s tuples) as workload ``name``: in arrival order (ties by
+    tenant), request ids ``name-000000``...; sorts ``items`` in place."""
     items.sort(key=lambda x: (x[0], x[1]))
     rows = tuple(TraceRow(request_id=f"{name}-{i:06d}", arrival_s=round(t, 6), tenant=ten,
                           prompt_tokens=p, output_tokens=o, klass=k)
@@ -107,4 +109,4 @@ def build_scenario(name: str, seed: int = 0) -> tuple[Workload, Contract]:
     if name not in _GENERATORS:
         raise KeyError(f"unknown scenario {name!r}; built-in scenarios: {', '.join(SCENARIOS)}")
     rng = np.random.default_rng([seed, SCENARIOS.index(name)])
-    return _rows(name, _GENERATORS[name](rng)), scenario_contract(name)
+    return stream_workload(name, _GENERATORS[name](rng)), scenario_contract(name)

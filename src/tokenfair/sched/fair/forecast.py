@@ -131,8 +131,7 @@ class WaitForecaster:
         wait = self.predicted_wait_s(t, req, now)
         req.predicted_wait_s = wait
         limit = self.contract.admission.shed_margin * max_wait_s
-        spell = now - t.backlogged_since if t.num_waiting else 0.0
-        if wait > limit and spell >= max_wait_s - SHED_LOOKAHEAD_S:
+        if wait > limit and t.backlog_spell_s(now) >= max_wait_s - SHED_LOOKAHEAD_S:
             return Reason(ReasonCode.OVERLOADED, f"predicted wait {wait:.1f}s exceeds {limit:.1f}s (class "
                           f"{req.klass!r} max_wait_s {req.max_wait_s}); retry after ~{wait - limit:.0f}s")
         return None

@@ -78,10 +78,15 @@ class Headroom:
 
     def within_share(self, t: TenantState, extra_blocks: int, extra_slots: int) -> bool:
         """True when ``t`` stays within its weight share (among the active tenants) of KV and of
-        slots after admission."""
+        slots after admission (what it holds; :meth:`within_both_shares` adds service)."""
         share = self.share_of_active(t)
         return (t.kv_blocks() + extra_blocks <= share * self.pool.num_blocks
                 and len(t.running) + extra_slots <= share * self.max_running)
+
+    def within_both_shares(self, t: TenantState, extra_blocks: int, extra_slots: int) -> bool:
+        """Within its share in both senses (module docstring): of what it holds after
+        admission, and of service."""
+        return self.within_share(t, extra_blocks, extra_slots) and self.wfq.within_share(t)
 
     def reserved(self, t: TenantState, num_running: int) -> tuple[int, int]:
         """(KV blocks, slots) ``t`` must leave free for the *other* active tenants that are

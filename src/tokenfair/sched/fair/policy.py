@@ -234,7 +234,7 @@ class FairPolicy(Policy):
         # forced head (its tenant is within its share: guarantee.py)
         reserved_slots = self.headroom.reserved(t, num_running)[1]
         if (num_running + 1 > max_running - reserved_slots
-                and not (self.headroom.within_share(t, 0, 1) and self.wfq.within_share(t))
+                and not self.headroom.within_both_shares(t, 0, 1)
                 and req is not self.picker.forced_head and not self.meter.is_light(t, now)):
             return False
         return self.admission.can_admit(t, req, num_running, self.costs.predicted(req), now)

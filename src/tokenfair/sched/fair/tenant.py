@@ -95,6 +95,10 @@ class TenantState:
         return sum(c for k, c in self.queued_cost.items()
                    if k not in classes or classes[k].priority >= priority)
 
+    def backlog_spell_s(self, now: float) -> float:
+        """How long it has had waiting requests (0 when it has none)."""
+        return now - self.backlogged_since if self.num_waiting > 0 else 0.0
+
     def kv_blocks(self) -> int:
         """Device KV blocks of its running requests: O(1), kept by the pool."""
         return self.held.get(self.name, 0)
