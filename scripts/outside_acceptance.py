@@ -14,8 +14,15 @@ from tokenfair.workloads.random_mix import random_mix
 
 
 def _seeds(text: str) -> list[int]:
+    """``N`` or ``LO-HI`` (inclusive, LO <= HI, both >= 0)."""
     lo, _, hi = text.partition("-")
-    return list(range(int(lo), int(hi or lo) + 1))
+    try:
+        first, last = int(lo), int(hi or lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a seed or a range LO-HI (e.g. 0-59)") from None
+    if first < 0 or last < first:
+        raise argparse.ArgumentTypeError(f"{text!r}: give LO-HI with 0 <= LO <= HI (e.g. 0-59)")
+    return list(range(first, last + 1))
 
 
 def _detail(name: str, failed: list) -> str:
@@ -29,12 +36,12 @@ def _detail(name: str, failed: list) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seeds", default="0-59", help="a seed or a range LO-HI")
+    ap.add_argument("--seeds", type=_seeds, default="0-59", help="a seed or a range LO-HI")
     ap.add_argument("--profile", default=None)
     a = ap.parse_args()
     prof = load_profile(a.profile)
     missed: Counter[str] = Counter()
-    seeds = _seeds(a.seeds)
+    seeds = a.seeds
     all_met = 0
     for seed in seeds:
         wl, contract, light = random_mix(seed)

@@ -63,3 +63,13 @@ def test_a_flood_shorter_than_its_max_wait_is_not_shed():
     assert scores["precision"] is not None and scores["precision"] >= 0.9     # 0.07 without the look-ahead
     assert scores["tenants"].get("h0", {}).get("shed", 0) == 0                # 1,302 of 1,708
     assert scores["on"]["in_time_tokens"] >= scores["off"]["in_time_tokens"]
+
+
+def test_the_script_refuses_a_bad_seed_range_with_exit_2():
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).parent.parent / "scripts" / "outside_acceptance.py"
+    for bad in ("x", "5-2", "-3"):
+        res = subprocess.run([sys.executable, str(script), "--seeds", bad], capture_output=True, text=True)
+        assert res.returncode == 2 and "--seeds" in res.stderr and "LO-HI" in res.stderr, (bad, res.stderr)
