@@ -66,6 +66,9 @@ class Policy:
     shared_budget: ClassVar[bool] = False   # one token budget for prefill and decode (vLLM style)
     hol_blocking: ClassVar[bool] = True     # stop admitting at the first candidate that does not fit
     admit_after_preemption: ClassVar[bool] = False  # vLLM admits nothing new in a step that preempted
+    # the consecutive-prefill cap only yields a step to others: a step that carries no prefill
+    # once admission is done serves the prefills the cap held (sched/scheduler.py, step 5)
+    cap_yields_only_to_prefill: ClassVar[bool] = False
     # a run of decode-only steps may be applied at once (sim/fastforward.py): only for policies
     # whose decode-only steps change nothing but what on_decoded / on_step_end change, and
     # whose schedule-time calls in such a step read nothing but prefill_budget's arguments.

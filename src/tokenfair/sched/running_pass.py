@@ -41,6 +41,7 @@ class RunningPass:
         self.running = runs.requests
         self.kept: list[Request] = []
         self.prefilling: list[Request] = []
+        self.capped: list[Request] = []     # prefills that sat this pass out for the cap
         policy = admitter.policy
         self.num_prefilling = len(runs.step_stats[2]) + policy.num_waiting()   # prefills last step (O(1))
         self.hold = policy.decode_hold()
@@ -109,6 +110,8 @@ class RunningPass:
         budget = self.budget
         n = min(req.num_uncomputed, policy.chunk_for(req, now), budget.prefill_left)
         if n <= 0 or (self.honor_cap and req.consecutive_prefill >= self.cap and self.num_prefilling > 1):
+            if n > 0:
+                self.capped.append(req)
             req.consecutive_prefill = 0
             self.kept.append(req)
             return

@@ -22,7 +22,10 @@ One call to :meth:`IterationScheduler.schedule` builds one engine step:
    (``hol_blocking``) or only its tenant for this step, as does one the policy gives no
    chunk (``chunk_for`` 0);
 4. if the policy names an urgent waiting request that could not start, it may evict one
-   running request for it (cost-checked by the policy).  Steps 3-4 are ``Admitter.admit``.
+   running request for it (cost-checked by the policy).  Steps 3-4 are ``Admitter.admit``;
+5. with a policy whose cap only yields to other prefills (``cap_yields_only_to_prefill``):
+   if the step carries no prefill after admission, the prefills the cap held get its
+   budget, as a vLLM-style engine never idles its prefill budget for the cap's sake.
 
 :meth:`update_from_output` applies the engine's result (``Applier``).  Invariants (checked
 by ``check_invariants`` in tests): every non-terminal request is in exactly one of running /
@@ -148,14 +151,17 @@ class IterationScheduler:
         budget = Budget(policy.prefill_budget(runs.step_stats, now), self.decode_token_budget, policy.shared_budget)
         deferred: list[Request] = []
         hint, runs.maybe_prefilling = runs.maybe_prefilling, None
-        self._pass(out, budget, now, True, deferred).run(leading_decodes(runs.requests, hint))
+        first = self._pass(out, budget, now, True, deferred)
+        first.run(leading_decodes(runs.requests, hint))
         if out.is_empty and runs.requests and not out.preempted:
             # every running prefill hit the consecutive-service cap: serve them anyway
             self._pass(out, budget, now, False, None).run()
             deferred = []
         if not out.preempted or policy.admit_after_preemption:
             self.admitter.admit(out, budget, self.max_running, now)
-        self._serve_deferred(deferred, out, budget, now)
+        self._serve_held(deferred, out, budget, now)
+        if not out.prefill and first.capped and policy.cap_yields_only_to_prefill:
+            self._serve_held(first.capped, out, budget, now)      # step 5: nobody took the step
         if out.prefill:
             budget.add_prefill(policy.extra_prefill_budget(out.prefill))
             if budget.prefill_left > 0:
@@ -168,11 +174,12 @@ class IterationScheduler:
                            self.max_consecutive_prefill_steps, self.num_steps, now,
                            honor_cap, deferred)
 
-    def _serve_deferred(self, deferred: list[Request], out: SchedulerOutput, budget: Budget,
-                        now: float) -> None:
-        """Prefills the policy put after new admissions get what budget is left."""
+    def _serve_held(self, held: list[Request], out: SchedulerOutput, budget: Budget,
+                    now: float) -> None:
+        """Running prefills held back in the pass (the ones the policy put after new
+        admissions, or the ones the cap held) get what budget is left, in running order."""
         pool = self.runs.pool
-        for req in deferred:
+        for req in held:
             if req.status is not Status.RUNNING:
                 continue                      # evicted while admitting
             n = min(req.num_uncomputed, self.policy.chunk_for(req, now), budget.prefill_left)

@@ -56,6 +56,7 @@ class FairPolicy(Policy):
     shared_budget = False
     hol_blocking = False
     admit_after_preemption = True
+    cap_yields_only_to_prefill = True
     # a decode-only step reads the light/level statistics only in prefill_budget (for the
     # previous step's prefills), which fast-forward calls too; on_fast_forward is exact
     supports_fast_forward = True
