@@ -72,3 +72,20 @@ def test_count_names_one_name_and_many():
     assert count_names([a, a, a]) == {"a": 3}
     assert count_names([a, "b", b]) == {"a": 2, "b": 1}
     assert list(count_names(["b", a, "b", a])) == ["b", "a"]        # first-seen order
+
+
+def test_the_collector_is_paused_while_simulate_runs_and_restored_after():
+    """``simulate`` runs with the collector paused (sim/simulate.py), and leaves it on; the
+    results are those of the run with it on (``simulate_once`` pauses nothing)."""
+    from tokenfair.core.costmodel import load_profile
+    from tokenfair.evaluation.metrics import request_record
+    from tokenfair.sim.simulate import simulate, simulate_once
+    from tokenfair.workloads.scenarios import build_scenario
+    wl, contract = build_scenario("hol", 0)
+    profile = load_profile(None)
+    seen: list[bool] = []
+    out = simulate(wl, "fair", contract, profile, progress=lambda done, total: seen.append(gc.isenabled()))
+    assert seen and not any(seen)
+    assert gc.isenabled()
+    plain = simulate_once(wl, "fair", contract, profile)
+    assert out.records == [request_record(r) for r in plain.requests]

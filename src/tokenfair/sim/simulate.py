@@ -15,6 +15,7 @@ from ..evaluation.record_table import RecordTable
 from ..sched.policy import Policy
 from ..sched.registry import make_policy
 from ..sched.scheduler import IterationScheduler
+from ..workloads.gc_pause import gc_paused
 from ..workloads.workload import TraceRow, Workload
 from .engine import RowFedEngine, SimEngine
 from .fastforward import fast_forward
@@ -54,12 +55,17 @@ def simulate_once(workload: Workload, policy: str, contract: Contract, profile: 
 def simulate(workload: Workload, policy: str, contract: Contract, profile: Profile, *,
              isolated: bool = True, max_isolated_tenants: int = 32,
              progress: Callable[[int, int], None] | None = None) -> SimOutput:
-    res = simulate_once(workload, policy, contract, profile, progress)
-    records = RecordTable.from_requests(res.requests)
-    timeline = res.recorder.to_json()
-    timeline["swap_s"] = res.extra.get("swap_s", 0.0)
-    summary = run_summary(workload, policy, contract, profile, records, timeline, res.scheduler, res.wall_s,
-                          isolated, max_isolated_tenants)
+    # performance: the collector paused while the runs go (the run and the tenant-alone runs
+    # of the isolated baselines), as in the fleet loop (sim/fleet.py): about one Request and a
+    # few containers per row that live to the end and no reference cycles to speak of, so
+    # its passes would only trace them again and again
+    with gc_paused():
+        res = simulate_once(workload, policy, contract, profile, progress)
+        records = RecordTable.from_requests(res.requests)
+        timeline = res.recorder.to_json()
+        timeline["swap_s"] = res.extra.get("swap_s", 0.0)
+        summary = run_summary(workload, policy, contract, profile, records, timeline, res.scheduler,
+                              res.wall_s, isolated, max_isolated_tenants)
     return SimOutput(records, summary, timeline, res)
 
 
