@@ -21,6 +21,7 @@ from tokenfair.evaluation.record_table import RecordTable  # noqa: E402
 from tokenfair.runtime.output import write_run  # noqa: E402
 from tokenfair.sim.isolated import isolated_e2e  # noqa: E402
 from tokenfair.sim.simulate import isolated_baselines, simulate_once  # noqa: E402
+from tokenfair.workloads.gc_pause import gc_paused  # noqa: E402
 
 
 def main() -> None:
@@ -40,17 +41,18 @@ def main() -> None:
     wl = shape_workload(wl, spread_tenants=20)
     lap("read")
     contract, profile = Contract(), load_profile(None)
-    res = simulate_once(wl, args.policy, contract, profile)
-    lap("loop")
-    recs = RecordTable.from_requests(res.requests)
-    timeline = res.recorder.to_json()
-    lap("records")
-    isolated_e2e(wl.rows, contract, profile, res.scheduler.policy.max_chunk())
-    lap("isolated, closed form (timed alone)")
-    iso_req, iso_ten = isolated_baselines(wl, args.policy, contract, profile, res.scheduler.policy)
-    lap("isolated baselines (both)")
-    summary = summarize(recs, timeline, contract, iso_req, iso_ten)
-    lap("metrics")
+    with gc_paused():                     # as simulate() runs them (sim/simulate.py)
+        res = simulate_once(wl, args.policy, contract, profile)
+        lap("loop")
+        recs = RecordTable.from_requests(res.requests)
+        timeline = res.recorder.to_json()
+        lap("records")
+        isolated_e2e(wl.rows, contract, profile, res.scheduler.policy.max_chunk())
+        lap("isolated, closed form (timed alone)")
+        iso_req, iso_ten = isolated_baselines(wl, args.policy, contract, profile, res.scheduler.policy)
+        lap("isolated baselines (both)")
+        summary = summarize(recs, timeline, contract, iso_req, iso_ten)
+        lap("metrics")
     with tempfile.TemporaryDirectory() as d:
         write_run(d, recs, summary, timeline)
     lap("files")

@@ -115,8 +115,8 @@ class AdmissionSpec(_Frozen):
     ``shed_margin`` defaults to 1.0: a request is refused only when it would wait past its max
     wait anyway.  On by default because an overdue request costs its tenant the same engine
     work as an early 429 and, queued, it lengthens every later request's wait: on the
-    built-in scenarios that shed, fair's in-time goodput is 1.2-1.5x what the same policy
-    gets with it off, at a shedding precision of 93-96% (``tokenfair bench shedding``,
+    built-in scenarios that shed, fair's in-time goodput is 1.2-1.6x what the same policy
+    gets with it off, at a shedding precision of 93-95% (``tokenfair bench shedding``,
     docs/BENCHMARKS.md).  Off until ``warmup_s`` of service."""
 
     shed_over_max_wait: bool = True
