@@ -48,7 +48,7 @@ class Request:
         "scheduled_s", "first_token_s", "finish_s", "last_preempt_s", "enqueued_s",
         "consecutive_prefill", "blocks", "charged", "recomputed_tokens", "swapped_bytes",
         "ttft_slo_s", "tpot_slo_s", "payload", "qtoken", "used_cost", "predicted_wait_s",
-        "last_held_step",
+        "last_held_step", "counts_owner", "tenant_idx", "class_idx",
     )
 
     def __init__(self, request_id: str, seq: int, tenant: str, klass: str, arrival_s: float,
@@ -93,6 +93,10 @@ class Request:
         self.used_cost = 0.0           # cost actually served (never counts recomputation)
         self.qtoken = 0                # bumped on every enqueue/dequeue; lazy heap entries carry it
         self.last_held_step = -2       # the scheduler step in which its decode last gave way
+        # the NameCounts (core/name_counts.py) whose indices tenant_idx / class_idx are (None: none)
+        self.counts_owner: object = None
+        self.tenant_idx = 0
+        self.class_idx = 0
 
     @property
     def reason(self) -> str:

@@ -15,7 +15,8 @@ ends requests; it holds the terminal requests not yet collected.
 from __future__ import annotations
 
 from ..core.reasons import ENDED_BY_ENGINE, REACHED_MAX_TOKENS, Reason
-from ..core.request import Request, Status, count_names
+from ..core.name_counts import NameCounts
+from ..core.request import Request, Status
 from .decode import advance_decodes
 from .interface import SchedulerOutput, StepResult
 from .policy import Policy
@@ -36,6 +37,7 @@ class Applier:
         self.predictor = predictor
         self.runs = runs
         self.ended: list[Request] = []          # terminal requests not yet collected
+        self.name_counts = NameCounts()          # counts requests by tenant and class (fast)
 
     def take_ended(self) -> list[Request]:
         """The requests ended since the last call (and forget them here)."""
@@ -56,16 +58,12 @@ class Applier:
             policy.on_served(req, n, 1 if sampled else 0, now)
         running = Status.RUNNING
         decoded: list[Request] = []
-        tenant_names: list[str] = []
-        class_names: list[str] = []
         for req in out.decode:                      # hot loop: O(1) per decoding request
             if req.status is not running:
                 continue                            # evicted or aborted since scheduling
             decoded.append(req)
-            tenant_names.append(req.tenant)
-            class_names.append(req.klass)
         reached_max = advance_decodes(decoded, 1, now)
-        tenants, classes = count_names(tenant_names), count_names(class_names)   # decoding per name
+        tenants, classes = self.name_counts.count(decoded)      # decoding per name
         if len(decoded) == len(out.decode):
             out.decode_counts = (tenants, classes)
         policy.on_decoded(decoded, now, tenant_counts=tenants)

@@ -34,7 +34,7 @@ from typing import Callable
 
 from ..core.kv import BlockPool
 from ..runtime.recorder import Recorder
-from ..core.request import Request, Status, count_by_tenant_and_class
+from ..core.request import Request, Status
 from ..sched.decode import advance_decodes
 from ..sched.scheduler import IterationScheduler
 from .engine import RowFedEngine
@@ -127,7 +127,7 @@ def _segment(sched: IterationScheduler, engine: RowFedEngine, recorder: Recorder
     if first:                             # as the first step's schedule() does (see above)
         policy.prefill_budget(sched.step_stats, now)
     usage_after = _usage_after(running, pool, ends, recorder.bucket_s)
-    tenants, classes = counts = counts or count_by_tenant_and_class(running)
+    tenants, classes = counts = counts or sched.count_by_tenant_and_class(running)
     pool.grow_decodes(running, k)         # the decode path, k steps at once (sched/decode.py)
     at_max = advance_decodes(running, k, now)
     t = ends[-1]
