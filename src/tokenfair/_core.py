@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 
 COMPILED_MODULES = (
-    "tokenfair.core.request", "tokenfair.core.name_counts", "tokenfair.core.kv", "tokenfair.runtime.loop", "tokenfair.runtime.recorder",
-    "tokenfair.runtime.step_counter",
+    "tokenfair.core.request", "tokenfair.core.name_counts", "tokenfair.core.kv", "tokenfair.runtime.loop",
+    "tokenfair.runtime.recorder", "tokenfair.runtime.step_counter",
     "tokenfair.runtime.intake", "tokenfair.core.exactfloat", "tokenfair.core.stepcost",
     "tokenfair.sched.interface", "tokenfair.sched.policy", "tokenfair.sched.predictor",
     "tokenfair.sched.state", "tokenfair.sched.apply", "tokenfair.sched.admit",

@@ -25,7 +25,7 @@ One call to :meth:`IterationScheduler.schedule` builds one engine step:
    running request for it (cost-checked by the policy).  Steps 3-4 are ``Admitter.admit``;
 5. with a policy whose cap only yields to other prefills (``cap_yields_only_to_prefill``):
    if the step carries no prefill after admission, the prefills the cap held get its
-   budget, as a vLLM-style engine never idles its prefill budget for the cap's sake.
+   budget: the cap hands a step to other prefills, never leaves its prefill budget idle.
 
 :meth:`update_from_output` applies the engine's result (``Applier``).  Invariants (checked
 by ``check_invariants`` in tests): every non-terminal request is in exactly one of running /
