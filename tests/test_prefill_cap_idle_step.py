@@ -50,9 +50,8 @@ def _steps(policy: str, num_steps: int) -> list[tuple[int, int]]:
     return steps
 
 
-@pytest.mark.parametrize("policy", ["fair"])
-def test_a_step_nobody_else_takes_serves_the_capped_prefill(policy):
-    steps = _steps(policy, 12)
+def test_a_step_nobody_else_takes_serves_the_capped_prefill():
+    steps = _steps("fair", 12)
     assert all(prefill > 0 for prefill, _ in steps[1:]), steps
     assert all(decodes == 1 for _, decodes in steps[1:])
 
