@@ -9,7 +9,7 @@ from poisson_tenants import poisson_workload
 from tokenfair.contracts.contract import parse_contract
 from tokenfair.core.costmodel import load_profile
 from tokenfair.evaluation.shedding import bench_shedding, shedding_scores, without_shedding
-from tokenfair.sched.fair.forecast import SHED_LOOKAHEAD_S
+from tokenfair.sched.fair.lookahead import SHED_LOOKAHEAD_S
 from tokenfair.sim.simulate import simulate
 from tokenfair.workloads.workload import TraceRow, Workload
 

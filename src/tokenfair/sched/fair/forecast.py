@@ -35,14 +35,16 @@ Look-ahead.  Either forecast takes what the tenant has been getting to go on for
 the request may wait: it extrapolates the present ``M`` (the class's max wait) ahead.  A
 request is shed for its forecast only when that horizon reaches at most ``SHED_LOOKAHEAD_S``
 past the spell its tenant has been backlogged (``now - backlogged_since >= M -
-SHED_LOOKAHEAD_S``): the forecast looks at most a minute further ahead than it has looked
+SHED_LOOKAHEAD_S``, ``lookahead.py``): the forecast looks at most a minute further ahead than it has looked
 back.  A class with a max wait of a minute or less sheds as before; over a longer horizon
 the competition may end within the wait -- the streams beside a batch flood stop, a burst
 drains -- and the backlog then drains at the engine's full rate: a batch tenant (max wait
 600 s) flooding beside interactive streams for five minutes is forecast 600-1,300 s, yet
 every one of its 1,708 requests starts within 480 s (``scripts/outside_acceptance.py``, mix
 44); without the look-ahead 1,346 of them would be shed.  A request not shed waits in the
-queue as any other.
+queue; one that arrived before its tenant's spell reached ``M - SHED_LOOKAHEAD_S`` is a
+burst request to the in-queue order, which serves a burst's requests that can still get
+their first token in time before those that cannot (``class_queue.py``).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from ...contracts.contract import Contract
 from ...core.reasons import Reason, ReasonCode
 from ...core.request import Request
 from .batching import TPOT_MARGIN
+from .lookahead import spell_allows_shedding
 from .queue import WaitingQueue
 from .shares import ShareMeter
 from .steptime import StepTimer
@@ -61,9 +64,6 @@ from .tenant import TenantState
 from .tpot import DecodeSLOs
 
 MIN_RATE: Final = 1e-9
-# a forecast sheds only if its horizon (the max wait) reaches at most this far past the
-# tenant's backlog spell (module docstring, Look-ahead)
-SHED_LOOKAHEAD_S: Final = 60.0
 
 
 def gps_drain_s(ahead: float, weight: float, others: list[tuple[float, float]], capacity: float) -> float:
@@ -131,7 +131,7 @@ class WaitForecaster:
         wait = self.predicted_wait_s(t, req, now)
         req.predicted_wait_s = wait
         limit = self.contract.admission.shed_margin * max_wait_s
-        if wait > limit and t.backlog_spell_s(now) >= max_wait_s - SHED_LOOKAHEAD_S:
+        if wait > limit and spell_allows_shedding(t.backlog_spell_s(now), max_wait_s):
             return Reason(ReasonCode.OVERLOADED, f"predicted wait {wait:.1f}s exceeds {limit:.1f}s (class "
                           f"{req.klass!r} max_wait_s {req.max_wait_s}); retry after ~{wait - limit:.0f}s")
         return None

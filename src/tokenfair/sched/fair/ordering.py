@@ -6,8 +6,10 @@ Per (tenant, class) a heap ordered by *virtual deadline* (EDF with aging folded 
     key   = (vd, predicted remaining cost, KV blocks needed, seq)
 
 so requests with a contract deadline sooner than the class's wait bound go first (EDF),
-others in arrival order, and predicted remaining tokens and KV cost break ties.  Across a
-tenant's classes the head with the highest effective priority wins::
+others in arrival order, and predicted remaining tokens and KV cost break ties; a burst's
+requests that can no longer get their first token within the max wait go behind those of
+the burst that still can (``class_queue.py``).  Across a tenant's classes the head with the
+highest effective priority wins (``class_queue.best_head``)::
 
     effective_priority = base_priority + aging_rate * waiting_s
 
@@ -56,6 +58,10 @@ class LazyHeap:
     def push(self, key: Key, req: Request) -> None:
         heapq.heappush(self.h, (*key, req.qtoken, req))
 
+    def push_entry(self, entry: Entry) -> None:
+        """An entry taken from another heap of the same keys (``class_queue.py``)."""
+        heapq.heappush(self.h, entry)
+
     def top(self) -> Entry | None:
         h = self.h
         while h and not live(h[0]):
@@ -87,19 +93,3 @@ def virtual_deadline(req: Request, class_priority: float) -> float:
 def order_key(req: Request, class_priority: float, block_size: int) -> tuple[float, int, int, int]:
     remaining = req.num_uncomputed + req.predicted_remaining
     return (virtual_deadline(req, class_priority), remaining, -(-req.num_tokens // block_size), req.seq)
-
-
-def best_head(queues: dict[str, LazyHeap], now: float) -> Request | None:
-    """The tenant's next request: highest effective priority among its class heads."""
-    best: Request | None = None
-    best_key: tuple[float, float, int] | None = None
-    for q in queues.values():
-        e = q.top()
-        if e is None:
-            continue
-        r: Request = e[-1]
-        vd: float = e[0]
-        key = (-(r.priority + r.aging_rate * (now - r.enqueued_s)), vd, r.seq)
-        if best_key is None or key < best_key:
-            best, best_key = r, key
-    return best

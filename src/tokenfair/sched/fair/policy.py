@@ -102,11 +102,12 @@ class FairPolicy(Policy):
         self.roster = roster = TenantRoster(contract, pool.held, admission, guarantee)
         self.tenants = roster.tenants
         class_min = {k: s.min_share for k, s in contract.classes.items() if s.min_share > 0}
-        self.queue = queue = WaitingQueue(contract, self.order, pool.block_size, costs, wfq, class_min)
+        self.step_time = step_time = StepTimer(initial_step_s(profile))
+        self.queue = queue = WaitingQueue(contract, self.order, pool.block_size, costs, wfq, class_min,
+                                          self.time_to_first_token_s)
         self.meter = meter = ShareMeter(contract, roster, self.share_tau_s, list(class_min))
         self.headroom = headroom = Headroom(contract, pool, roster, wfq)
         self.decode_slos = slos = DecodeSLOs()
-        self.step_time = step_time = StepTimer(initial_step_s(profile))
         self.forecaster = WaitForecaster(contract, meter, queue, prefill_rate(costs, profile, full), step_time,
                                          slos, costs.wd)
         self.accounting = Accounting(contract, costs, wfq, roster, meter, headroom, slos, step_time)
@@ -117,6 +118,12 @@ class FairPolicy(Policy):
                                queue.deadlines)
         self.picker = Picker(queue, roster, meter, admission, wfq, costs, guarantee, min_grace_s(contract))
         self._now = 0.0
+
+    def time_to_first_token_s(self, req: Request) -> float:
+        """``req``'s first token after it is picked, estimated: its prefill in chunks of the
+        contract's chunk size and one step more, at the recent step time (``class_queue.py``)."""
+        num_chunks = -(-req.num_uncomputed // self.contract.engine.chunk_size)
+        return (num_chunks + 1) * self.step_time.ewma_s
 
     def on_contract_change(self, contract: Contract, now: float) -> None:
         """A live contract change (``serve/contract_live.py``): each part re-derives what it

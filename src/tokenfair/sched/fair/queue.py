@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 from ...contracts.contract import Contract
 from ...core.request import Request
 from .costs import RequestCost
-from .ordering import Key, LazyHeap, best_head, live, order_key
+from .class_queue import ClassQueue, best_head
+from .ordering import Key, LazyHeap, live, order_key
 from .tenant import TenantState
 from .wfq import VirtualTimeWFQ
 
@@ -26,9 +29,11 @@ class WaitingQueue:
     ``t``'s best head (0 when it has none) after every change of its queue."""
 
     def __init__(self, contract: Contract, order: str, block_size: int, costs: RequestCost,
-                 wfq: VirtualTimeWFQ, class_min: dict[str, float]) -> None:
+                 wfq: VirtualTimeWFQ, class_min: dict[str, float],
+                 time_to_first_token_s: Callable[[Request], float]) -> None:
         self.contract = contract
-        self.order = order                  # "edf" or "fifo"
+        self.order = order                  # "edf" or "fifo" (fifo: no burst split, class_queue.py)
+        self.time_to_first_token_s = time_to_first_token_s
         self.block_size = block_size
         self.costs = costs
         self.wfq = wfq
@@ -48,7 +53,7 @@ class WaitingQueue:
         req.qtoken += 1
         q = t.queues.get(req.klass)
         if q is None:
-            q = t.queues[req.klass] = LazyHeap()
+            q = t.queues[req.klass] = ClassQueue(self.order == "edf", self.time_to_first_token_s)
         cls = self.contract.classes.get(req.klass)
         base = cls.priority if cls is not None else req.priority
         key: Key = (req.enqueued_s, req.seq) if self.order == "fifo" else order_key(req, base, self.block_size)
@@ -67,9 +72,11 @@ class WaitingQueue:
         self.num_queued += 1
         if req.tpot_slo_s is not None:
             self.num_waiting_tpot += 1
+        first = t.num_waiting == 1
+        if first:
+            t.backlogged_since = now        # before rekey: the head reads the spell
         self.rekey(t, now)
-        if t.num_waiting == 1:
-            t.backlogged_since = now
+        if first:
             self.backlogged[t.name] = t
             self.wfq.on_backlogged(t)
         else:
@@ -100,7 +107,7 @@ class WaitingQueue:
         cost at the new ones."""
         for klass, q in t.queues.items():
             queued = 0.0
-            for e in q.h:
+            for e in q.entries():
                 if live(e):
                     queued += self.costs.predicted(e[-1])
             t.queued_cost[klass] = queued
@@ -124,7 +131,7 @@ class WaitingQueue:
             for t in tenants:
                 q = t.queues.get(k)
                 if q is not None:
-                    for e in q.h:
+                    for e in q.entries():
                         if live(e):
                             heap.push(tuple(e[:-2]), e[-1])
                             count += 1
@@ -132,5 +139,5 @@ class WaitingQueue:
         self.class_min, self.class_heaps, self.class_waiting = class_min, heaps, waiting
 
     def rekey(self, t: TenantState, now: float) -> None:
-        head = best_head(t.queues, now)
+        head = best_head(t.queues, now, t.backlogged_since)
         t.head_cost = self.costs.predicted(head) if head is not None else 0.0

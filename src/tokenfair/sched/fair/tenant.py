@@ -7,7 +7,7 @@ from typing import Final
 
 from ...contracts.contract import ClassSpec, TenantSpec
 from ...core.request import Request
-from .ordering import LazyHeap
+from .class_queue import ClassQueue
 
 PEAK_TAU_S: Final = 60.0          # time constant of the decayed KV and slot peaks (note_peak), s
 
@@ -37,7 +37,7 @@ class TenantState:
         self.recent = 0.0           # exponentially decayed service (decayed lazily to recent_t)
         self.recent_t = now
         self.queued_cost: dict[str, float] = {}   # class -> predicted cost of its waiting requests
-        self.queues: dict[str, LazyHeap] = {}   # class -> its waiting requests (ordering.py)
+        self.queues: dict[str, ClassQueue] = {}   # class -> its waiting requests (class_queue.py)
         self.backlogged_since = now  # since when it has had waiting requests (when it has)
         self.starved_since = math.inf  # since when it has waited with nothing running (inf: not)
         self.starve_stamp = 0        # bumped when a starving spell starts or ends (guarantee.py)
