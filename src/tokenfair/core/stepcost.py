@@ -7,7 +7,8 @@ apart from the pydantic model so that it compiles (``_core.COMPILED_MODULES``).
 Exactness: every method performs the float operations of the formulas below in the same
 order, with each constant folded the way Python evaluates the expanded formula left to right
 (``2 * params_nonembed * n == (2 * params_nonembed) * n``), so ``decode_s(ctx, n) ==
-step_s([], ctx, n)`` and ``chunk_s(c, ctx, n, k) == step_s([(c, k)], ctx, n)`` bit for bit
+step_s([], ctx, n)`` and ``chunk_s(c, ctx, n, k) == step_s([(c, k)], ctx, n)`` bit for bit,
+and ``decode_run`` gives a run of decode steps as ``decode_s`` step by step would
 (``tests/test_exact_shortcuts.py``).
 
 Roofline: ``overhead + max(flops / (peak_flops * mfu), bytes / (bandwidth * mbu))`` with
@@ -49,6 +50,22 @@ class StepCost:
         beside ``n`` decodes."""
         raise NotImplementedError
 
+    def decode_run(self, ctx: int, n: int, now: float, stop_s: float, k_max: int) -> tuple[list[float], list[float]]:
+        """End times and durations of up to ``k_max`` decode-only steps of ``n`` requests from
+        context sum ``ctx`` starting at ``now``, none starting at or after ``stop_s``: step j
+        lasts ``decode_s(ctx + j n, n)``, added to the clock in order.  O(k)."""
+        ends: list[float] = []
+        durations: list[float] = []
+        t = now
+        for j in range(k_max):
+            if stop_s <= t:
+                break
+            dt = self.decode_s(ctx + j * n, n)
+            t += dt
+            ends.append(t)
+            durations.append(dt)
+        return ends, durations
+
 
 class RooflineCost(StepCost):
     def __init__(self, params2: float, vocab_hidden2: float, layers_hidden4: float, params_total2: float,
@@ -76,6 +93,28 @@ class RooflineCost(StepCost):
         nbytes = self.params_total2 + self.layers_kv4 * (ctx + n)
         a, b = flops / self.compute, nbytes / self.memory
         return self.overhead_s + (b if b > a else a)      # == max(a, b)
+
+    def decode_run(self, ctx: int, n: int, now: float, stop_s: float, k_max: int) -> tuple[list[float], list[float]]:
+        # performance: decode_s's operations with the terms that do not change along the run
+        # computed once (the same values: ``p n + v n`` is the first sum of every step's flops)
+        per_seq = self.params2 * n + self.vocab_hidden2 * n
+        attn, kv, total = self.layers_hidden4, self.layers_kv4, self.params_total2
+        compute, memory, overhead = self.compute, self.memory, self.overhead_s
+        ends: list[float] = []
+        durations: list[float] = []
+        t = now
+        c = ctx
+        for _ in range(k_max):
+            if stop_s <= t:
+                break
+            a = (per_seq + attn * (0.0 + c)) / compute
+            b = (total + kv * (c + n)) / memory
+            dt = overhead + (b if b > a else a)
+            t += dt
+            ends.append(t)
+            durations.append(dt)
+            c += n
+        return ends, durations
 
     def chunk_s(self, c: int, ctx: int, n: int, k: int = 0) -> float:
         flops = (self.params2 * (c + n) + self.vocab_hidden2 * (n + 1)

@@ -162,8 +162,10 @@ class Recorder:
             self.running[b] = n if j < last else running_after
             self.kv_usage[b] = usage_after(j)
             i = j + 1
+        busy_s = self.busy_s
         for dt in step_durations:
-            self.busy_s += dt
+            busy_s += dt
+        self.busy_s = busy_s
         self.num_steps += len(step_ends)
 
     def to_json(self) -> dict[str, object]:

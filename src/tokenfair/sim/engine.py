@@ -44,8 +44,10 @@ class SimEngine:
 
     def advance(self, durations: list[float]) -> None:
         """Account a fast-forwarded run of steps (no swaps), in the per-step order."""
+        busy_s = self.busy_s
         for dt in durations:
-            self.busy_s += dt
+            busy_s += dt
+        self.busy_s = busy_s
 
     def execute(self, out: SchedulerOutput) -> StepResult:
         """O(prefills + decodes): one pass over the decodes."""

@@ -6,8 +6,9 @@ nothing else happens but requests finishing and KV blocks growing.  ``fast_forwa
 such a run segment by segment, a *segment* being the steps up to and including the next
 step in which a request finishes (true length or ``max_tokens``):
 
-  * step j's duration is the cost model's ``step_s([], ctx_j, n)`` (``StepCost.decode_s``: the
-    same float operations), added to the clock in the same order, so times are identical;
+  * step j's duration is the cost model's ``step_s([], ctx_j, n)`` (``StepCost.decode_run``:
+    the same float operations, ``decode_s``'s), added to the clock in the same order, so times
+    are identical;
   * requests advance k tokens (``sched/decode.advance_decodes``, stepping's own decode
     advance), KV blocks grow to ``max(blocks, ceil(context / block_size))``
     (``BlockPool.grow_decodes``);
@@ -144,19 +145,8 @@ def _segment(sched: IterationScheduler, engine: RowFedEngine, recorder: Recorder
 def _step_times(engine: RowFedEngine, ctx: int, n: int, now: float, next_arrival: float,
                 k_max: int) -> tuple[list[float], list[float]]:
     """End times and durations of up to ``k_max`` decode steps of ``n`` requests from context
-    sum ``ctx``, none starting at or after ``next_arrival``: O(k)."""
-    cost = engine.cost
-    ends: list[float] = []
-    durations: list[float] = []
-    t = now
-    for j in range(k_max):
-        if next_arrival <= t:
-            break
-        dt = cost.decode_s(ctx + j * n, n)
-        t += dt
-        ends.append(t)
-        durations.append(dt)
-    return ends, durations
+    sum ``ctx``, none starting at or after ``next_arrival``: O(k) (``StepCost.decode_run``)."""
+    return engine.cost.decode_run(ctx, n, now, next_arrival, k_max)
 
 
 def _retire(sched: IterationScheduler, engine: RowFedEngine, running: list[Request], gaps: list[int],
