@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from tokenfair.core.costmodel import BUILTIN_PROFILES
 from tokenfair.core.exactfloat import add_repeated
+from tokenfair.core.stepcost import StepCost
 
 
 def test_decode_and_chunk_step_functions_equal_step_s_bit_for_bit():
@@ -21,27 +22,15 @@ def test_decode_and_chunk_step_functions_equal_step_s_bit_for_bit():
             assert chunk(c, ctx, n, k) == prof.step_s([(c, k)], ctx, n)
 
 
-def _stepped_run(cost, ctx, n, now, stop_s, k_max):
-    """Decode steps one ``decode_s`` call at a time, as ``StepCost.decode_run`` states it."""
-    ends, durations, t = [], [], now
-    for j in range(k_max):
-        if stop_s <= t:
-            break
-        dt = cost.decode_s(ctx + j * n, n)
-        t += dt
-        ends.append(t)
-        durations.append(dt)
-    return ends, durations
-
-
 @given(ctx=st.integers(0, 20_000_000), n=st.integers(1, 512), now=st.floats(0, 1e5),
        horizon=st.one_of(st.just(float("inf")), st.floats(0, 50)), k_max=st.integers(0, 3000))
 def test_a_decode_run_equals_its_steps_bit_for_bit(ctx, n, now, horizon, k_max):
     """Every profile kind's ``decode_run`` (constants hoisted out of the step loop) gives the
-    end times and durations of stepping ``decode_s``, and stops before the step at ``stop_s``."""
+    end times and durations of stepping ``decode_s`` (``StepCost.decode_run``, the definition),
+    and stops before the step at ``stop_s``."""
     for prof in BUILTIN_PROFILES.values():
         run = prof.cost.decode_run(ctx, n, now, now + horizon, k_max)
-        assert run == _stepped_run(prof.cost, ctx, n, now, now + horizon, k_max)
+        assert run == StepCost.decode_run(prof.cost, ctx, n, now, now + horizon, k_max)
 
 
 def test_decode_runs_from_many_contexts_equal_their_steps():
@@ -51,8 +40,8 @@ def test_decode_runs_from_many_contexts_equal_their_steps():
     for prof in BUILTIN_PROFILES.values():
         for _ in range(3000):
             ctx, n = rng.randint(0, 20_000_000), rng.randint(1, 512)
-            assert prof.cost.decode_run(ctx, n, 5.0, float("inf"), 4) == _stepped_run(prof.cost, ctx, n, 5.0,
-                                                                                      float("inf"), 4)
+            assert (prof.cost.decode_run(ctx, n, 5.0, float("inf"), 4)
+                    == StepCost.decode_run(prof.cost, ctx, n, 5.0, float("inf"), 4))
 
 
 def _loop(acc, x, k):

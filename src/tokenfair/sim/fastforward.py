@@ -120,7 +120,7 @@ def _segment(sched: IterationScheduler, engine: RowFedEngine, recorder: Recorder
     if k_fin < 1:
         return now, 0, False, counts
     k_max = k_fin if n * (k_fin // pool.block_size + 1) <= pool.num_free else _kv_bound(running, pool, k_fin)
-    ends, durations = _step_times(engine, ctx, n, now, next_arrival, k_max)
+    ends, durations = engine.cost.decode_run(ctx, n, now, next_arrival, k_max)   # none at/after the arrival
     k = len(ends)
     if k == 0:
         return now, 0, False, counts
@@ -140,13 +140,6 @@ def _segment(sched: IterationScheduler, engine: RowFedEngine, recorder: Recorder
     recorder.record_run(tenants, classes, ends, durations, usage_after, len(sched.running))
     sched.record_decode_run(k, n, ctx + (k - 1) * n)
     return t, k, finishing, counts
-
-
-def _step_times(engine: RowFedEngine, ctx: int, n: int, now: float, next_arrival: float,
-                k_max: int) -> tuple[list[float], list[float]]:
-    """End times and durations of up to ``k_max`` decode steps of ``n`` requests from context
-    sum ``ctx``, none starting at or after ``next_arrival``: O(k) (``StepCost.decode_run``)."""
-    return engine.cost.decode_run(ctx, n, now, next_arrival, k_max)
 
 
 def _retire(sched: IterationScheduler, engine: RowFedEngine, running: list[Request], gaps: list[int],

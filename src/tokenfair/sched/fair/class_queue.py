@@ -78,18 +78,20 @@ class ClassQueue:
         e = ready.top()
         if not self.splits:
             return e
-        while e is not None and self._moves(e[-1], now, backlogged_since):
+        burst = False                       # is e a burst request (read once per entry)
+        while e is not None:
+            req: Request = e[-1]
+            burst = is_burst(req, backlogged_since)
+            if not (burst and is_late(req, now, self.time_to_first_token_s(req))):
+                break
             self.late.push_entry(ready.pop())
             e = ready.top()
-        if e is not None and is_burst(e[-1], backlogged_since):
+        if e is not None and burst:
             return e
         lt = self.late.top()
         if lt is None or (e is not None and e[:-2] < lt[:-2]):
             return e
         return lt
-
-    def _moves(self, req: Request, now: float, backlogged_since: float) -> bool:
-        return is_burst(req, backlogged_since) and is_late(req, now, self.time_to_first_token_s(req))
 
     def entries(self) -> list[Entry]:
         """Every entry, live or stale, in no particular order."""
