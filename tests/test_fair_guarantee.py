@@ -12,7 +12,7 @@ from tokenfair.core.costmodel import Profile
 from tokenfair.runtime.loop import VirtualClock, run
 from tokenfair.evaluation.metrics import request_record
 from tokenfair.core.request import Request
-from tokenfair.sched.fair.guarantee import FORCE_AFTER_S, ServiceGuarantee, grace_s
+from tokenfair.sched.fair.guarantee import FORCE_AFTER_S, STARVING_LEAD_CREDITS, ServiceGuarantee, grace_s
 from tokenfair.sched.fair.tenant import TenantState
 from tokenfair.sched.fair.wfq import VirtualTimeWFQ
 from tokenfair.sched.registry import make_policy
@@ -80,6 +80,23 @@ def test_the_light_preference_lead_is_bounded_by_the_credit():
     assert wfq.pick(set(), prefer=lambda t: t.name == "b").name == "b"
     assert wfq.pick(set(), prefer=lambda t: t.name == "c").name == "a"     # too far ahead: not preferred
     assert wfq.pick(set(), prefer=lambda t: t.name == "c", among=lambda t: (0.0, t.seq)).name == "a"
+
+
+def test_a_starving_tenant_is_forced_while_its_finish_tag_is_within_the_lead():
+    policy = make_policy("fair")
+    IterationScheduler(policy, CONTRACT, PROFILE)
+    wfq, picker = policy.wfq, policy.picker
+    t = policy.roster.tenant("a", 0.0)
+    credit_w = wfq.credit / t.weight                     # one credit, normalised: C / w_i
+    t.head_cost = 2 * wfq.credit * t.weight              # its head costs two credits
+    t.vtime = wfq.vnow + 2 * credit_w                    # over its share: S_i > V + C / w_i
+    assert not wfq.within_share(t) and picker.may_force_starving(t)        # F_i = V + 4 C / w_i
+    t.vtime = wfq.vnow + (STARVING_LEAD_CREDITS - 2) * credit_w             # F_i at the limit
+    assert picker.may_force_starving(t)
+    t.vtime += 0.5 * credit_w                                               # beyond it: a flood
+    assert not picker.may_force_starving(t)
+    t.vtime, t.head_cost = wfq.vnow, 4 * STARVING_LEAD_CREDITS * wfq.credit * t.weight
+    assert wfq.within_share(t) and picker.may_force_starving(t)     # within its share, any head
 
 
 def _workload(num_light, light_rate, whale_rate, prompt, output, seed):

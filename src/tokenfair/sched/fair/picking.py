@@ -8,7 +8,7 @@ from typing import Final
 from ...core.request import Request
 from .admission import AdmissionControl
 from .costs import RequestCost
-from .guarantee import ServiceGuarantee
+from .guarantee import STARVING_LEAD_CREDITS, ServiceGuarantee
 from .class_queue import best_head
 from .ordering import live
 from .queue import WaitingQueue
@@ -79,7 +79,13 @@ class Picker:
             if due <= now and self.wfq.within_share(self.roster.tenants[overdue.tenant]):
                 return overdue
         return self.guarantee.due(now, self.min_grace_s, lambda t: self.starving_head(t, now),
-                                   self.wfq.within_share)
+                                   self.may_force_starving)
+
+    def may_force_starving(self, t: TenantState) -> bool:
+        """A starving tenant's head may be forced: it is within its share, or its finish tag
+        is within ``STARVING_LEAD_CREDITS`` credits of V (guarantee.py)."""
+        wfq = self.wfq
+        return wfq.within_share(t) or wfq.within_lead(t, STARVING_LEAD_CREDITS)
 
     def starving_head(self, t: TenantState, now: float) -> Request | None:
         """What a starving tenant is served first: its head, or -- when the head's prompt does

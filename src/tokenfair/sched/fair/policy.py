@@ -6,7 +6,8 @@ the parts must see the changes.  At arrival, a request whose predicted wait exce
 class's max wait is shed (``forecast.py``).  ``pick`` order (``picking.py``):
   1. a forced head (``guarantee.py``): a request past its class's max wait, or the head of
      a tenant backlogged with nothing running for its grace, whose tenant is not over its
-     fair share (S_i <= V + C / w_i); one that does not fit keeps KV blocks and a slot free;
+     fair share (S_i <= V + C / w_i) -- a starving one also while its finish tag is within
+     8 credits (F_i <= V + 8 C / w_i); one that does not fit keeps KV blocks and a slot free;
   2. a tenant, then a class, below its guaranteed min share while backlogged (``shares.py``);
   3. otherwise the tenant with the least finish tag (``wfq.py``) -- preferring, among the
      first few, light tenants by earliest first-token deadline -- and its best request
@@ -239,7 +240,8 @@ class FairPolicy(Policy):
             return False                        # the forced head's slot stays free
         # the slots kept for the tenants within their share (of slots and KV, and of
         # service: headroom.py) do not hold a tenant within its share, a light tenant, nor a
-        # forced head (its tenant is within its share: guarantee.py)
+        # forced head (its tenant is within its share, or starving within the lead that
+        # guarantee.py allows)
         reserved_slots = self.headroom.reserved(t, num_running)[1]
         if (num_running + 1 > max_running - reserved_slots
                 and not self.headroom.within_both_shares(t, 0, 1)

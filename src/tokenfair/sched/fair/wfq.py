@@ -93,6 +93,12 @@ class VirtualTimeWFQ:
         carry-over credit (forced service and urgent eviction are for such a tenant)."""
         return t.vtime <= self.vnow + self.credit / t.weight
 
+    def within_lead(self, t: TenantState, credits: float) -> bool:
+        """``F_i <= V + credits * C / w_i``: ``t``'s finish tag (its head included) is within
+        ``credits`` carry-over credits of V (forced service of a starving tenant,
+        ``guarantee.py``)."""
+        return self.tag(t) <= self.vnow + credits * self.credit / t.weight
+
     def charge(self, t: TenantState, cost: float) -> None:
         t.vtime += cost / t.weight
         if t.num_waiting:
