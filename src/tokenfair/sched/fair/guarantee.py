@@ -76,8 +76,9 @@ FORCE_AFTER_S: Final = 0.75
 FORCE_FRACTION: Final = 0.25     # of the head's max wait, when that is shorter
 FORCE_LOOK: Final = 4            # starving tenants examined per pick (the longest starving first)
 # how far (in carry-over credits) a starving tenant's finish tag may be ahead of V for its head
-# to be forced: 8 prefill budgets' cost; on the 60 outside mixes it closes 3 of 5 gaps longer
-# than VTC's without a new shedding-precision miss (docs/BENCHMARKS.md)
+# to be forced, in prefill budgets' cost.  On the 60 outside mixes (scripts/outside_acceptance.py)
+# 6 leaves 3 mixes with a longest gap over vtc's, 8 leaves 2, and 12 leaves 1 but drops mix 33's
+# shedding precision below 90% (docs/BENCHMARKS.md)
 STARVING_LEAD_CREDITS: Final = 8.0
 
 
