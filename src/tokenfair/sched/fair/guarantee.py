@@ -11,6 +11,18 @@ virtual time by more than the carry-over credit).  Its head ``h`` is *forced* wh
 and the tenant is within its share -- for (b), or its finish tag (its head included) is
 within ``L = STARVING_LEAD_CREDITS`` credits of V:  ``F_i <= V + L * C / w_i``.  ``pick``
 returns a forced head before anything else (overdue first, then the longest starving).
+For (b), when the head's prompt does not fit the free KV blocks, the tenant's waiting
+request with the fewest tokens stands in for it (``Picker.starving_head``): any of its
+requests ends the gap, and a smaller one's room comes sooner.  The slots the headroom
+keeps for the tenants within their share (``headroom.py``) do not hold a forced head
+back.  When it cannot be admitted for KV blocks or a slot, it becomes the *reservation*: until it is admitted,
+another tenant's request is admitted only if the reservation's blocks (its tokens + 1) and
+one slot stay free after it (room is made by not admitting, never by evicting: only an
+overdue head may evict, ``urgency.py``, at most once per cool-down and only when the wait
+it saves exceeds the victim's recovery cost).  A tenant over its share is not forced: a
+flood cannot use its own overdue requests to exceed its share, because a forced admission
+is charged like any other and the tenant stops qualifying once ``S_i > V + C / w_i`` (once
+``F_i > V + L * C / w_i`` for a starving spell).
 
 Why the lead allowance.  WFQ orders tenants by finish tag, so a tenant of low weight whose
 requests are large (``c / w_i`` large) is served in bursts: after one, it waits with nothing
@@ -21,26 +33,14 @@ slots, where a counter-per-token scheduler (VTC) keeps one of its requests runni
 cut to its grace.  A forced admission is charged like any other (``S_i += c / w_i``), so
 after it ``S_i <= V + L * C / w_i``: a starving tenant's lead stays within ``L * C / w_i``
 (plus the corrections of its running requests, at most ``c_max / w_i``), and a flood further
-ahead is not forced.  For (b), when the head's prompt does not fit
-the free KV blocks, the tenant's waiting request with the fewest tokens stands in for it
-(``Picker.starving_head``): any of its requests ends the gap, and a smaller one's room
-comes sooner.  The slots the headroom keeps for the tenants within their share
-(``headroom.py``) do not hold a forced head back.  When it cannot be
-admitted for KV blocks or a slot, it becomes the *reservation*: until it is admitted,
-another tenant's request is admitted only if the reservation's blocks (its tokens + 1) and
-one slot stay free after it (room is made by not admitting, never by evicting: only an
-overdue head may evict, ``urgency.py``, at most once per cool-down and only when the wait
-it saves exceeds the victim's recovery cost).  A tenant over its share is not forced: a
-flood cannot use its own overdue requests to exceed its share, because a forced admission
-is charged like any other and the tenant stops qualifying once ``S_i > V + C / w_i`` (once
-``F_i > V + L * C / w_i`` for a starving spell).
+ahead is not forced.
 
 The light preference is bounded too (``wfq.pick``): a light tenant ``j`` is preferred to
 the tenant with the least finish tag ``F_min`` only if its start tag ``S_j <= F_min + C / w_j``,
 so it runs at most one request beyond the credit ahead: ``S_j - F_min <= (C + c_max) / w_j``.
 
 Bound (longest service gap).  Let tenant ``i`` be backlogged from ``t_0``, within its share
-throughout, with nothing running.  Let ``k`` be the number of tenants forced before it (they
+(or its finish tag within the lead) throughout, with nothing running.  Let ``k`` be the number of tenants forced before it (they
 starved earlier, or hold overdue heads), ``B_max`` the largest number of KV blocks one
 request needs, and ``T_free(b)`` the longest time the running requests take to release
 ``b`` blocks and a slot (at most the time of the longest remaining decode,
