@@ -15,11 +15,11 @@ For (b), when the head's prompt does not fit the free KV blocks, the tenant's wa
 request with the fewest tokens stands in for it (``Picker.starving_head``): any of its
 requests ends the gap, and a smaller one's room comes sooner.  The slots the headroom
 keeps for the tenants within their share (``headroom.py``) do not hold a forced head
-back.  When it cannot be admitted for KV blocks or a slot, it becomes the *reservation*: until it is admitted,
-another tenant's request is admitted only if the reservation's blocks (its tokens + 1) and
-one slot stay free after it (room is made by not admitting, never by evicting: only an
-overdue head may evict, ``urgency.py``, at most once per cool-down and only when the wait
-it saves exceeds the victim's recovery cost).  A tenant over its share is not forced: a
+back.  When it cannot be admitted for KV blocks or a slot, it becomes the *reservation*:
+until it is admitted, another tenant's request is admitted only if the reservation's
+blocks (its tokens + 1) and one slot stay free after it (room is made by not admitting,
+never by evicting: only an overdue head may evict, ``urgency.py``, at most once per
+cool-down and only when the wait it saves exceeds the victim's recovery cost).  A tenant over its share is not forced: a
 flood cannot use its own overdue requests to exceed its share, because a forced admission
 is charged like any other and the tenant stops qualifying once ``S_i > V + C / w_i`` (once
 ``F_i > V + L * C / w_i`` for a starving spell).
@@ -40,12 +40,12 @@ the tenant with the least finish tag ``F_min`` only if its start tag ``S_j <= F_
 so it runs at most one request beyond the credit ahead: ``S_j - F_min <= (C + c_max) / w_j``.
 
 Bound (longest service gap).  Let tenant ``i`` be backlogged from ``t_0``, within its share
-(or its finish tag within the lead) throughout, with nothing running.  Let ``k`` be the number of tenants forced before it (they
-starved earlier, or hold overdue heads), ``B_max`` the largest number of KV blocks one
-request needs, and ``T_free(b)`` the longest time the running requests take to release
-``b`` blocks and a slot (at most the time of the longest remaining decode,
-``max_tokens * step_max``, since no new request of another tenant is admitted into the
-reserved room meanwhile).  Then ``i`` is admitted by
+(or its finish tag within the lead) throughout, with nothing running.  Let ``k`` be the
+number of tenants forced before it (they starved earlier, or hold overdue heads), ``B_max``
+the largest number of KV blocks one request needs, and ``T_free(b)`` the longest time the
+running requests take to release ``b`` blocks and a slot (at most the time of the longest
+remaining decode, ``max_tokens * step_max``, since no new request of another tenant is
+admitted into the reserved room meanwhile).  Then ``i`` is admitted by
 
     t_0 + g_i + (k + 1) * T_free(B_max)
 

@@ -18,14 +18,14 @@ class WaitingQueue:
     """Every waiting request, once per view.
 
     Invariants: each waiting request ``r`` has one live entry (its ``qtoken``) in its
-    tenant's queue for its class (``class_queue.ClassQueue``), one in ``overdue`` keyed ``(enqueued + max_wait, seq)`` if it
-    has a max wait, one in ``deadlines`` keyed ``(latest feasible start, seq)`` if it has a
-    deadline, and one in ``class_heaps[k]`` if its class ``k`` has a min share;
-    ``num_queued`` is the sum of ``t.num_waiting``, ``class_waiting[k]`` the waiting
-    requests of class ``k`` and ``num_waiting_tpot`` the waiting requests with a TPOT SLO;
-    ``backlogged`` holds exactly the tenants with waiting requests (each also backlogged in
-    the WFQ); ``backlog_since_s``: since when some request has
-    waited throughout (inf while none waits); ``t.head_cost`` is the predicted cost of
+    tenant's queue for its class (``class_queue.ClassQueue``), one in ``overdue`` keyed
+    ``(enqueued + max_wait, seq)`` if it has a max wait, one in ``deadlines`` keyed
+    ``(latest feasible start, seq)`` if it has a deadline, and one in ``class_heaps[k]`` if
+    its class ``k`` has a min share; ``num_queued`` is the sum of ``t.num_waiting``,
+    ``class_waiting[k]`` the waiting requests of class ``k`` and ``num_waiting_tpot`` the
+    waiting requests with a TPOT SLO; ``backlogged`` holds exactly the tenants with waiting
+    requests (each also backlogged in the WFQ); ``backlog_since_s``: since when some request
+    has waited throughout (inf while none waits); ``t.head_cost`` is the predicted cost of
     ``t``'s best head (0 when it has none) after every change of its queue;
     ``t.backlogged_since`` is set before that head is read (the burst split reads it)."""
 
