@@ -14,6 +14,8 @@ from tokenfair.sched.fair.wfq import VirtualTimeWFQ
 from tokenfair.sched.registry import make_policy
 from tokenfair.sched.scheduler import IterationScheduler
 from tokenfair.sim.engine import SimEngine
+from tokenfair.sim.simulate import simulate
+from tokenfair.workloads.scenarios import build_scenario
 from tokenfair.workloads.workload import TraceRow
 
 from poisson_tenants import contract_of, fair_fairness, poisson_workload
@@ -83,6 +85,36 @@ def test_background_prefill_waits_behind_foreground_work_for_a_bounded_time():
     part.queue.num_queued = part.queue.num_waiting_tpot = 0              # the stream was admitted
     part.refresh(True, [bulk], 2.0)
     assert not part.foreground and not part.deferred_since
+
+
+def test_would_defer_answers_as_defers_and_notes_nothing():
+    part = _part(waiting_tpot=True)
+    bulk, stream = _req("b", None, computed=512), _req("s", 0.1)
+    part.refresh(True, [bulk], 0.0)
+    assert part.would_defer(bulk, 0.0) and not part.would_defer(stream, 0.0)
+    assert not part.deferred_since                                     # a query: nothing noted
+    assert part.defers(bulk, 0.0)                                      # held from t = 0
+    for now in (0.5 * MAX_BACKGROUND_DEFER_S, MAX_BACKGROUND_DEFER_S, 2 * MAX_BACKGROUND_DEFER_S):
+        assert part.would_defer(bulk, now) == (now < MAX_BACKGROUND_DEFER_S)
+        assert part.deferred_since[bulk] == (512, 0.0)
+    assert not part.defers(bulk, MAX_BACKGROUND_DEFER_S)               # the mutation agrees
+    bulk.num_computed += 256                                           # served: the clock restarts
+    assert part.would_defer(bulk, 3.0) and part.deferred_since[bulk] == (512, 0.0)
+
+
+def test_a_light_background_prefill_does_not_hold_back_the_foreground_it_waits_behind():
+    """hol, seed 15: the docs tenant (no TPOT SLO) is light by the share meter while its
+    19K-token prompt prefills next to a chat prompt (TPOT SLO) admitted after it.  The docs
+    prefill is background and waits behind the chat one; counted as a light prefill it would
+    defer the chat prefill in turn, and the two, both deferred, went in admission order: the
+    docs prompt took the whole budget for ten steps, and the chat prompt's last 539 tokens
+    came 1.23 s after its first chunk (chat's P99 TTFT 2.34x its isolated run)."""
+    wl, contract = build_scenario("hol", 15)
+    out = simulate(wl, "fair", contract, PROFILE)
+    chat = out.summary["tenants"]["chat"]
+    assert chat["ttft_p99_vs_isolated"] <= 2.0                        # 1.41x
+    rec = next(r for r in out.records if r["request_id"] == "hol-000027")
+    assert rec["first_token_s"] - rec["scheduled_s"] < 0.5            # 0.14 s
 
 
 def test_a_forecast_past_half_the_max_wait_makes_the_engine_deadline_bound():

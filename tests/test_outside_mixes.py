@@ -91,7 +91,10 @@ def test_a_burst_past_its_max_wait_serves_first_what_can_still_start_in_time():
     good = {p: res.summary["goodput"]["in_time_tokens"] for p, res in runs.items()}
     assert good["fair"] >= good["fifo"]                  # 4.34 M against 4.76 M in key order
     deferred = _started_after_a_later_arrival(fair.records)
-    assert deferred and {r["tenant"] for r in deferred} == {"h1"}
+    # only the batch backlogs that passed their max wait are reordered: h1's (685 requests)
+    # and the burst's (38); h0 and the light s0 start every request in time
+    tenants = {r["tenant"] for r in deferred}
+    assert "h1" in tenants and tenants <= {"h1", "burst"}
     assert not _started_after_a_later_arrival(runs["fifo"].records)
 
 

@@ -130,6 +130,13 @@ class BackgroundPrefill:
             return False
         return self.held_within_bound(req, now)
 
+    def would_defer(self, req: Request, now: float) -> bool:
+        """:meth:`defers` as a query: the same answer, nothing noted (O(1))."""
+        if not self.foreground or req.tpot_slo_s is not None:
+            return False
+        seen = self.deferred_since.get(req)
+        return seen is None or seen[0] != req.num_computed or now - seen[1] < MAX_BACKGROUND_DEFER_S
+
     def held_within_bound(self, req: Request, now: float) -> bool:
         """``req`` may be held back once more: it progressed since it was first held, or it
         was held for less than ``MAX_BACKGROUND_DEFER_S``."""

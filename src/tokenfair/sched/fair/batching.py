@@ -20,8 +20,15 @@
   (``decode_hold``): as many as the TPOT target requires, never one twice in a row;
 * while decodes with a TPOT SLO run, prefill without one is *background* (``background.py``):
   it waits behind foreground work and sits out the steps that carry a foreground prefill,
-  for a bounded time, unless its tenant is owed service; a step of background prefill alone
-  is shaped shorter unless the engine is deadline-bound.
+  for a bounded time, unless its tenant is persistently owed service; a step of background
+  prefill alone is shaped shorter unless the engine is deadline-bound.
+
+The two orders meet when a light tenant's prefill is background: it waits behind the
+foreground, so it counts as no light prefill (``yields_to_foreground``) -- neither deferring
+the foreground prefills nor holding their decodes.  Were it counted, each would defer the
+other, and the deferred prefills are served in admission order: on hol (seed 15) a light
+docs tenant's 19K-token prompt, admitted first, would take the whole budget of ten steps
+while a chat prompt beside it waits 1.2 s for its last 539 tokens.
 """
 
 from __future__ import annotations
@@ -48,8 +55,8 @@ class PrefillShaper:
     Invariants: ``hold`` is the decode hold of the step being built (set by
     :meth:`prefill_budget`, None: none); ``fg_extra``: (tokens, ``k_f``) -- the step may carry
     ``tokens`` more if no chunk in it has a cached prefix over ``k_f`` (:meth:`extra_budget`);
-    ``light_prefilling``: a light tenant's prefill runs
-    in it; ``admitted_prefills``: the requests admitted in prefill since the last
+    ``light_prefilling``: a light tenant's prefill that does not yield to foreground work
+    runs in it; ``admitted_prefills``: the requests admitted in prefill since the last
     :meth:`prefill_budget` (noted by :meth:`note_admitted`)."""
 
     def __init__(self, contract: Contract, shaper: BudgetShaper, roster: TenantRoster, meter: ShareMeter,
@@ -94,9 +101,10 @@ class PrefillShaper:
         tenants, meter = self.roster.tenants, self.meter
         running = [r for group in (prefilling, admitted) for r in group
                    if r.status is Status.RUNNING and r.in_prefill]
-        self.light_prefilling = any(meter.is_light(tenants[r.tenant], now, r) for r in running)
         slo = self.decode_slos.tightest()
         self.background.refresh(slo is not None, running, now)
+        self.light_prefilling = any(meter.is_light(tenants[r.tenant], now, r)
+                                    and not self.yields_to_foreground(r, now) for r in running)
         if slo is None or n == 0:
             return budget
         target = TPOT_MARGIN * slo
@@ -167,6 +175,14 @@ class PrefillShaper:
         prefill, ``req`` may be held once more, and its tenant is not owed service."""
         return (self.background.yields_step(req, now)
                 and not self.meter.under_share(self.roster.tenants[req.tenant], now))
+
+    def yields_to_foreground(self, req: Request, now: float) -> bool:
+        """``req``'s prefill is background and waits behind foreground work this step: its
+        tenant is not persistently owed service (``background.py``).  Such a prefill does not
+        count as a light one (``light_prefilling``) even if its tenant is light, so it
+        neither defers the foreground prefills it waits behind nor holds their decodes."""
+        return (self.background.would_defer(req, now)
+                and not self.meter.persistently_owed(self.roster.tenants[req.tenant], now))
 
     def defer_prefill(self, req: Request, now: float) -> bool:
         """A running prefill of a tenant that is not light waits behind the new admissions
