@@ -99,14 +99,15 @@ def test_a_burst_past_its_max_wait_serves_first_what_can_still_start_in_time():
 
 
 def test_a_low_weight_tenant_a_few_credits_ahead_is_not_left_starving():
-    # mix 11: h0 (weight 1, prompts of 1-5K tokens) is about three credits ahead of V after a
-    # burst of its service; by finish tag alone it waited 7.13 s with nothing running
+    # mix 11: h0 (weight 1, prompts of 1-5K tokens) is credits ahead of V after a burst of
+    # its service; forced only within its share (STARVING_LEAD_CREDITS 0) it waits 6.70 s
+    # with nothing running
     wl, contract, _ = random_mix(11)
     runs = {p: simulate(wl, p, contract, load_profile(None), isolated=False) for p in ("vtc", "fair")}
     gap = {p: res.summary["longest_service_gap_s"] for p, res in runs.items()}
     assert gap["fair"] <= gap["vtc"]                      # 0.90 s against 2.26 s
     by_tenant = runs["fair"].summary["tenants"]
-    assert by_tenant["h0"]["longest_service_gap_s"] < 1.5
+    assert by_tenant["h0"]["longest_service_gap_s"] < 1.5        # 0.77 s
 
 
 def test_the_script_refuses_a_bad_seed_range_with_exit_2():
