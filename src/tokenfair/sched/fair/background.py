@@ -126,22 +126,23 @@ class BackgroundPrefill:
 
     def defers(self, req: Request, now: float) -> bool:
         """``req``, a running prefill, waits behind foreground work this step (see Bound)."""
-        if not self.foreground or req.tpot_slo_s is not None:
-            return False
-        return self.held_within_bound(req, now)
+        return self.would_sit_out(req) and self.held_within_bound(req, now)
 
     def would_defer(self, req: Request, now: float) -> bool:
         """:meth:`defers` as a query: the same answer, nothing noted (O(1))."""
-        if not self.foreground or req.tpot_slo_s is not None:
-            return False
+        return self.would_sit_out(req) and self.may_hold(req, now)
+
+    def may_hold(self, req: Request, now: float) -> bool:
+        """``req`` may be held back once more: it progressed since it was first held (or was
+        never held), or it was held for less than ``MAX_BACKGROUND_DEFER_S``.  A query."""
         seen = self.deferred_since.get(req)
         return seen is None or seen[0] != req.num_computed or now - seen[1] < MAX_BACKGROUND_DEFER_S
 
     def held_within_bound(self, req: Request, now: float) -> bool:
-        """``req`` may be held back once more: it progressed since it was first held, or it
-        was held for less than ``MAX_BACKGROUND_DEFER_S``."""
+        """:meth:`may_hold`, noting ``now`` as when ``req`` was first held without progress
+        when it was not held yet or progressed since."""
+        held = self.may_hold(req, now)
         seen = self.deferred_since.get(req)
         if seen is None or seen[0] != req.num_computed:
             self.deferred_since[req] = (req.num_computed, now)
-            return True
-        return now - seen[1] < MAX_BACKGROUND_DEFER_S
+        return held
