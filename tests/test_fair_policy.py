@@ -201,6 +201,33 @@ def test_policy_spec_options_arrive_as_strings():
         make_policy("fair:share_tau_s=soon")
 
 
+@pytest.mark.parametrize("value", ["0", "-3", "0.01", "nan", "inf", "soon", ""])
+def test_a_share_time_constant_out_of_range_is_refused_before_the_run(value):
+    """``share_tau_s`` divides every statistic of the share meter (0 crashed the run with a
+    ZeroDivisionError; a negative, NaN or infinite one ran to garbage): it is refused at the
+    spec, naming the option and what it takes."""
+    with pytest.raises(ValueError, match=r"fair: share_tau_s must be a finite number >= 0.1, got") as err:
+        make_policy(f"fair:share_tau_s={value}")
+    assert "fair:share_tau_s=" in str(err.value)
+    assert make_policy("fair:share_tau_s=0.1").share_tau_s == 0.1
+
+
+@pytest.mark.parametrize("spec, takes", [("fair:foo=1", "fair takes: order, share_tau_s"),
+                                         ("vtc:x=1", "vtc takes: input_weight, output_weight"),
+                                         ("fifo:x=1", "fifo takes: no options")])
+def test_an_unknown_policy_option_names_the_options_the_policy_takes(spec, takes):
+    with pytest.raises(ValueError, match=f"unknown option 'x'|unknown option 'foo'") as err:
+        make_policy(spec)
+    assert takes in str(err.value) and spec in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("value", ["-1", "inf", "nan"])
+def test_vtc_cost_weights_must_be_finite_and_not_negative(value):
+    with pytest.raises(ValueError, match=f"vtc: output_weight must be a finite number >= 0, got '{value}'"):
+        make_policy(f"vtc:output_weight={value}")
+    assert make_policy("vtc:input_weight=0,output_weight=3").w_q == 3.0
+
+
 def test_kv_block_seconds_are_charged_when_weighted():
     base = {"classes": {"interactive": {"priority": 0}}, "admission": {"shed_over_max_wait": False}}
     rows = [TraceRow("long", 0.0, "a", 3000, 50), TraceRow("short", 0.0, "b", 100, 50)]

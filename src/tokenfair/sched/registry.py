@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import math
 from typing import Callable
 
 from .policy import Policy
@@ -36,10 +38,35 @@ def make_policy(spec: str) -> Policy:
         factory = POLICIES[name]
     except KeyError:
         raise KeyError(f"unknown policy {name!r}; choose one of: {', '.join(sorted(POLICIES))}") from None
+    unknown = sorted(set(kwargs) - set(policy_options(factory)))
+    if unknown:
+        takes = ", ".join(policy_options(factory)) or "no options"
+        raise ValueError(f"policy {spec!r}: unknown option {unknown[0]!r}; {name} takes: {takes}")
     try:
         return factory(**kwargs)
-    except (TypeError, ValueError) as err:       # unknown option, or a value it cannot take
+    except (TypeError, ValueError) as err:       # a value it cannot take
         raise ValueError(f"policy {spec!r}: bad option ({err})") from None
+
+
+def policy_options(factory: Callable[..., Policy]) -> list[str]:
+    """The option names a policy's factory takes (its keyword parameters)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):                # no signature to read: let the call decide
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def number_option(policy: str, name: str, raw: float | str, minimum: float) -> float:
+    """A policy option's value (a string from a spec, or a number) as a finite float of at
+    least ``minimum``; otherwise a ValueError naming the option and what it takes."""
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value >= minimum):
+        raise ValueError(f"{policy}: {name} must be a finite number >= {minimum:g}, got {raw!r}")
+    return value
 
 
 def policy_names() -> list[str]:

@@ -10,7 +10,7 @@ from ...contracts.contract import Contract
 from ...core.exactfloat import add_repeated
 from ...core.request import Request
 from .classic import VllmMechanics
-from ..registry import register
+from ..registry import number_option, register
 
 
 class VtcPolicy(VllmMechanics):
@@ -55,11 +55,8 @@ class VtcPolicy(VllmMechanics):
 
     def __init__(self, input_weight: float | str = 1.0, output_weight: float | str = 2.0) -> None:
         # strings come from the registry's ``vtc:input_weight=1,output_weight=2`` syntax
-        self.w_p = float(input_weight)
-        self.w_q = float(output_weight)
-        if not (self.w_p >= 0 and self.w_q >= 0):
-            raise ValueError(f"VTC cost weights must be >= 0, got input_weight={input_weight!r}, "
-                             f"output_weight={output_weight!r}")
+        self.w_p = number_option("vtc", "input_weight", input_weight, 0.0)
+        self.w_q = number_option("vtc", "output_weight", output_weight, 0.0)
         self.counters: dict[str, float] = {}
         self._queues: dict[str, deque[Request]] = {}
         self._order: dict[str, int] = {}           # first-seen order: the tie-break

@@ -28,6 +28,7 @@ from ...core.reasons import Reason
 from ...core.request import Request
 from ..policy import DecodeHold, Policy
 from ..predictor import Predictor
+from ..registry import number_option
 from ..snapshot import PolicySnapshot, TenantView
 from .accounting import Accounting
 from .admission import AdmissionControl
@@ -43,7 +44,7 @@ from .queue import WaitingQueue
 from .rebind import reclass, retenant
 from .roster import TenantRoster
 from .shaping import BudgetShaper
-from .shares import ShareMeter
+from .shares import MIN_SHARE_TAU_S, ShareMeter
 from .steptime import StepTimer, initial_step_s
 from .tenant import PEAK_TAU_S, TenantState
 from .tpot import DecodeSLOs
@@ -85,7 +86,7 @@ class FairPolicy(Policy):
         if order not in ("edf", "fifo"):
             raise ValueError(f"fair: order must be 'edf' or 'fifo', got {order!r}")
         self.order = order
-        self.share_tau_s = float(share_tau_s)
+        self.share_tau_s = number_option("fair", "share_tau_s", share_tau_s, MIN_SHARE_TAU_S)
         self._fast_forward = True
         self._now = 0.0                         # the time of the step being built
 

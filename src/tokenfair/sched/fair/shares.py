@@ -29,6 +29,9 @@ from .tenant import TenantState
 # *light* means served, per weight, less than this fraction of the water level
 LIGHT_FRACTION: Final = 0.9
 LEVEL_REFRESH_S: Final = 0.25
+# the shortest time constant the meter takes (``fair:share_tau_s``): a few engine steps; below
+# it the recent service is one step's, and the service rate (recent / tau) loses its meaning
+MIN_SHARE_TAU_S: Final = 0.1
 
 
 class ShareMeter:
