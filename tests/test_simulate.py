@@ -148,6 +148,19 @@ def test_cli_refuses_sizes_past_memory_with_exit_2(tmp_path):
     assert "Traceback" not in res.stderr
 
 
+def test_cli_refuses_fleet_options_without_replicas(tmp_path):
+    """A fleet option on a one-engine run was ignored without a word (``--prefix-cache`` gave no
+    cache, ``--cached-discount 2`` passed): it is refused, naming the options and the fix."""
+    for args in (["--prefix-cache"], ["--cached-discount", "2"], ["--router", "prefix-aware", "--load-bound", "0"],
+                 ["--fleet-policy", "fair", "--locality-hold", "-1"]):
+        res = _run_cli("simulate", "hol", "--no-isolated", *args, "--out", str(tmp_path))
+        err = " ".join(res.stderr.split())
+        assert res.returncode == 2 and "fleet option(s) without --replicas; add --replicas N" in err, (args, err)
+        assert all(a in err for a in args if a.startswith("--")) and "Traceback" not in err
+    res = _run_cli("simulate", "hol", "--no-isolated", "--replicas", "1", "--prefix-cache", "--out", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+
+
 @pytest.mark.usefixtures("public_traces")
 def test_cli_slices_scales_and_spreads_a_public_trace(tmp_path):
     res = _run_cli("simulate", "azure:conv", "--start-s", "600", "--end-s", "660", "--rate-scale", "2",

@@ -65,8 +65,8 @@ def simulate(workload: str = typer.Argument(..., help=f"built-in scenario ({', '
         wl, c, prof = resolve_inputs(workload, seed, shaping, contract, profile)
         from ..sched.registry import make_policy
         make_policy(policy)
-        fleet = None if replicas is None else fleet_config(replicas, router, fleet_policy, prefix_cache,
-                                                           gateway_window, cached_discount, load_bound, locality_hold)
+        fleet = fleet_config(replicas, router, fleet_policy, prefix_cache, gateway_window, cached_discount,
+                             load_bound, locality_hold)             # None without --replicas
     except USER_ERRORS as err:
         fail(error_message(err))
     report_skipped(wl)

@@ -14,9 +14,25 @@ if TYPE_CHECKING:
     from ..sim.fleet import FleetConfig
 
 
-def fleet_config(replicas: int, router: str, fleet_policy: str, prefix_cache: bool, gateway_window: int | None,
-                 cached_discount: float, load_bound: float = 1.5, locality_hold: float = 0.0) -> "FleetConfig":
+def fleet_config(replicas: int | None, router: str, fleet_policy: str, prefix_cache: bool,
+                 gateway_window: int | None, cached_discount: float, load_bound: float = 1.5,
+                 locality_hold: float = 0.0) -> "FleetConfig | None":
+    """The fleet to simulate; None without ``--replicas`` (one engine).  A fleet option set
+    without ``--replicas`` is refused (it would be ignored): the error names it and the fix."""
     from ..sim.fleet import FleetConfig
+    if replicas is None:
+        default = FleetConfig()
+        given = {"--router": router != default.router, "--fleet-policy": fleet_policy != default.fleet_policy,
+                 "--prefix-cache": prefix_cache != default.prefix_cache,
+                 "--gateway-window": gateway_window != default.gateway_window,
+                 "--cached-discount": cached_discount != default.cached_discount,
+                 "--load-bound": load_bound != default.load_bound,
+                 "--locality-hold": locality_hold != default.locality_hold_s}
+        named = [name for name, set_ in given.items() if set_]
+        if named:
+            raise ValueError(f"{', '.join(named)}: fleet option(s) without --replicas; add --replicas N "
+                             f"(--replicas 1 for one engine with them)")
+        return None
     try:
         return FleetConfig(num_replicas=replicas, router=router, fleet_policy=fleet_policy,
                            prefix_cache=prefix_cache, gateway_window=gateway_window,
