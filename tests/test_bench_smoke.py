@@ -39,3 +39,22 @@ def test_bench_cli_json():
     bad = subprocess.run([sys.executable, "-m", "tokenfair", "bench", "scheduler", "--policies", "nope"],
                          capture_output=True, text=True)
     assert bad.returncode == 2
+
+
+def test_bench_cli_reads_policies_as_compare_does_and_refuses_bad_sizes():
+    """``--policies`` is read as ``compare`` reads it (a spec with two options is one policy; an
+    empty or repeated list is refused), and ``--waiting`` takes counts >= 0: an empty list ran
+    nothing and exited 0, ``vtc:input_weight=1,output_weight=2`` was split into two policies,
+    ``--waiting -5`` was benchmarked."""
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "tokenfair", "bench", *args], capture_output=True, text=True)
+    for args, message in ((("sim", "hol", "--policies", ""), "--policies is empty"),
+                          (("sim", "hol", "--policies", "fifo,fifo"), "--policies names fifo more than once"),
+                          (("scheduler", "--policies", "fair", "--waiting", "-5"), "--waiting takes comma-separated"),
+                          (("scheduler", "--policies", "fair", "--waiting", "many"), "--waiting takes comma-separated")):
+        res = cli(*args)
+        assert res.returncode == 2 and message in res.stderr and "Traceback" not in res.stderr, (args, res.stderr)
+    res = cli("scheduler", "--policies", "vtc:input_weight=1,output_weight=3", "--running", "8", "--waiting", "50",
+              "--tenants", "5", "--iterations", "10", "--repeats", "1", "--json")
+    assert res.returncode == 0, res.stderr
+    assert [json.loads(line)["policy"] for line in res.stdout.splitlines()] == ["vtc:input_weight=1,output_weight=3"]

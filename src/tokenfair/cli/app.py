@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from .common import USER_ERRORS, error_message, fail, report_skipped
+from .common import USER_ERRORS, error_message, fail, policy_list, report_skipped
 from .sim_fleet import fleet_config
 from .options import options_in_place
 from .workload_options import ShapingOptions, resolve_inputs
@@ -114,12 +114,14 @@ def bench_scheduler_cmd(policies: str = typer.Option("fifo,vtc,fair", help="comm
                         repeats: int = typer.Option(3, min=1), json_out: bool = typer.Option(False, "--json")) -> None:
     """schedule() + update_from_output() in a steady decode state: median per iteration."""
     from ..benchmarks.bench import bench_scheduler
-    from ..sched.registry import make_policy
     try:
-        names = [p for p in policies.split(",") if p]
-        for p in names:
-            make_policy(p)
-        sizes = [int(w) for w in waiting.split(",") if w]
+        names = policy_list(policies)
+        try:
+            sizes = [int(w) for w in waiting.split(",") if w.strip()]
+        except ValueError:
+            sizes = []
+        if not sizes or min(sizes) < 0:
+            raise ValueError(f"--waiting takes comma-separated counts >= 0, got {waiting!r}")
     except USER_ERRORS as err:
         fail(error_message(err))
     rows = [bench_scheduler(p, running, w, tenants, iterations, repeats) for w in sizes for p in names]
@@ -152,8 +154,12 @@ def bench_sim_cmd(workload: str = typer.Argument("azure:conv"),
                   seed: int = 0, json_out: bool = typer.Option(False, "--json")) -> None:
     """Simulated requests per second of wall time, one fresh process per policy."""
     from ..benchmarks.bench import bench_sim
+    try:
+        names = policy_list(policies)
+    except USER_ERRORS as err:
+        fail(error_message(err))
     rows = []
-    for p in [p for p in policies.split(",") if p]:
+    for p in names:
         try:
             rows.append(bench_sim(workload, p, tenants=tenants, seed=seed, max_requests=max_requests,
                                   min_requests=min_requests, whole=whole))

@@ -22,6 +22,40 @@ def fail(msg: str) -> NoReturn:
     raise typer.Exit(2)
 
 
+def policy_list(spec: str, default: str | None = None) -> list[str]:
+    """``--policies``: comma-separated policy specs (``vtc:input_weight=1,output_weight=2`` is
+    one spec), each checked (its options included); ValueError for an empty or repeated list,
+    an unknown policy or a bad option.  When ``spec`` is ``default``, a policy that is not
+    registered is skipped with a note instead."""
+    from ..sched.registry import make_policy, policy_names
+    names: list[str] = []
+    for tok in (t.strip() for t in spec.split(",")):
+        if not tok:
+            continue
+        if "=" in tok and ":" not in tok and names and ":" in names[-1]:
+            names[-1] += "," + tok          # more options of the previous policy: vtc:a=1,b=2
+        else:
+            names.append(tok)
+    if not names:
+        raise ValueError("--policies is empty; give a comma-separated list such as fifo,vtc")
+    dup = sorted({p for p in names if names.count(p) > 1})
+    if dup:
+        raise ValueError(f"--policies names {', '.join(dup)} more than once")
+    known = set(policy_names())
+    unknown = [p for p in names if p.partition(":")[0] not in known]
+    if unknown and spec != default:
+        raise ValueError(f"unknown polic{'y' if len(unknown) == 1 else 'ies'} {', '.join(map(repr, unknown))}; "
+                         f"choose from: {', '.join(sorted(known))}")
+    for p in unknown:
+        typer.echo(f"note: policy {p!r} is not registered; skipping it", err=True)
+    names = [p for p in names if p not in unknown]
+    for p in names:
+        make_policy(p)          # options (``vtc:output_weight=3``) are checked here: ValueError
+    if not names:
+        raise ValueError("none of the policies is available")
+    return names
+
+
 def resolve_workload(spec: str, seed: int, *, skip_bad_rows: bool = False) -> tuple[Workload, Contract | None]:
     """A built-in scenario (with its contract), a public trace name, or a trace file."""
     if spec in SCENARIOS:

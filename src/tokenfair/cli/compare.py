@@ -13,42 +13,12 @@ from typing import Optional
 
 import typer
 
-from .common import USER_ERRORS, error_message, fail, report_skipped
+from .common import USER_ERRORS, error_message, fail, policy_list, report_skipped
 from .options import options_in_place
 from .workload_options import ShapingOptions, resolve_inputs
 from ..sched.registry import DEFAULT_POLICIES
 
 _DEFAULT = ",".join(DEFAULT_POLICIES)
-
-
-def _policy_list(spec: str) -> list[str]:
-    from ..sched.registry import make_policy, policy_names
-    names: list[str] = []
-    for tok in (t.strip() for t in spec.split(",")):
-        if not tok:
-            continue
-        if "=" in tok and ":" not in tok and names and ":" in names[-1]:
-            names[-1] += "," + tok          # more options of the previous policy: vtc:a=1,b=2
-        else:
-            names.append(tok)
-    if not names:
-        raise ValueError("--policies is empty; give a comma-separated list such as fifo,vtc")
-    dup = sorted({p for p in names if names.count(p) > 1})
-    if dup:
-        raise ValueError(f"--policies names {', '.join(dup)} more than once")
-    known = set(policy_names())
-    unknown = [p for p in names if p.partition(":")[0] not in known]
-    if unknown and spec != _DEFAULT:
-        raise ValueError(f"unknown polic{'y' if len(unknown) == 1 else 'ies'} {', '.join(map(repr, unknown))}; "
-                         f"choose from: {', '.join(sorted(known))}")
-    for p in unknown:
-        typer.echo(f"note: policy {p!r} is not registered; skipping it", err=True)
-    names = [p for p in names if p not in unknown]
-    for p in names:
-        make_policy(p)          # options (``vtc:output_weight=3``) are checked here: ValueError
-    if not names:
-        raise ValueError("none of the policies is available")
-    return names
 
 
 @options_in_place
@@ -66,7 +36,7 @@ def compare(workload: str = typer.Argument(..., help="built-in scenario (hol, wh
     from ..evaluation.table import compare_table
     from ..evaluation.thresholds import load_thresholds
     try:
-        names = _policy_list(policies)
+        names = policy_list(policies, _DEFAULT)
         wl, c, prof = resolve_inputs(workload, seed, shaping, contract, profile)
         gate = load_thresholds(thresholds)
     except USER_ERRORS as err:
