@@ -114,6 +114,9 @@ def test_thresholds_errors_name_the_path(tmp_path):
     (tmp_path / "bad.yaml").write_text("default: {min_jain: [\n")
     with pytest.raises(ThresholdsError, match="not valid YAML"):
         load_thresholds(tmp_path / "bad.yaml")
+    # a limit is a finite number (one that should not apply is left out)
+    with pytest.raises(ThresholdsError, match="default.max_longest_service_gap_s: Input should be a finite number"):
+        parse_thresholds({"default": {"max_longest_service_gap_s": float("inf")}}, "gate.yaml")
 
 
 def test_evaluate_checks_and_overrides():

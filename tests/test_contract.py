@@ -1,4 +1,5 @@
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,21 @@ def test_error_names_path_and_fix():
     with pytest.raises(ContractError) as err:
         parse_contract({"tenants": {"acme": {"weight": 0}}}, "c.yaml")
     assert "c.yaml: tenants.acme.weight: must be > 0" in str(err.value)
+
+
+@pytest.mark.parametrize("path, doc", [
+    ("tenants.a.weight", {"tenants": {"a": {"weight": math.inf}}}),
+    ("costs.prefill_token", {"costs": {"prefill_token": math.inf}}),
+    ("classes.interactive.max_wait_s", {"classes": {"interactive": {"priority": 1, "max_wait_s": math.inf}}}),
+    ("tenants.a.rate_limit.tokens_per_s", {"tenants": {"a": {"rate_limit": {"tokens_per_s": math.inf,
+                                                                           "burst_tokens": 5}}}}),
+    ("classes.interactive.priority", {"classes": {"interactive": {"priority": math.nan}}})])
+def test_a_number_that_is_not_finite_is_refused_naming_its_path(path, doc):
+    """``weight: .inf`` validated and ran (every charge c / w_i was 0): a contract number is
+    finite, as NaN already had to be."""
+    with pytest.raises(ContractError) as err:
+        parse_contract(doc, "c.yaml")
+    assert f"c.yaml: {path}: Input should be a finite number" in str(err.value)
 
 
 def test_unknown_field_rejected():

@@ -87,6 +87,10 @@ def test_profile_file_and_errors(tmp_path):
         load_profile(str(bad))
     with pytest.raises(ValueError, match="not a built-in profile"):
         load_profile("no-such-profile")
+    # an infinite cost made a step's time NaN and crashed the run with a traceback
+    bad.write_text("kind: linear\nprefill_token_s: .inf\n")
+    with pytest.raises(ValueError, match="bad.yaml: prefill_token_s: Input should be a finite number"):
+        load_profile(str(bad))
 
 
 def test_isolated_latency_equals_simulating_alone():

@@ -32,7 +32,9 @@ class ContractError(ValueError):
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # a contract number is finite: an infinite weight, cost or wait divides or multiplies every
+    # charge (S_i += c / w_i) into 0, inf or nan, so .inf is refused as NaN already is
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class RateLimit(_Frozen):

@@ -41,7 +41,9 @@ class ProfileError(ValueError):
 
 
 class Profile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # every number finite: an infinite cost (``prefill_token_s: .inf``) made a step's time NaN
+    # and crashed the run
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str
     kind: Literal["roofline", "linear"] = "roofline"

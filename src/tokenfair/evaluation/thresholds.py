@@ -33,7 +33,8 @@ class ThresholdsError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # every number finite (a limit that should not apply is left out)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class GroupLimits(_Strict):
