@@ -12,7 +12,7 @@ import pytest
 
 from tokenfair.workloads import readers
 from tokenfair.workloads.traces import parse_timestamp_ns, read_azure
-from tokenfair.workloads.workload import WorkloadError, parse_number
+from tokenfair.workloads.workload import MAX_REQUEST_TOKENS, WorkloadError, parse_number
 
 TRICKY = ("GeneratedTokens,Extra,TIMESTAMP,ContextTokens,Extra\n"      # reordered, a repeated column
           "5,a,2023-11-16 18:15:46.6805900,374,b\n"
@@ -25,7 +25,8 @@ TRICKY = ("GeneratedTokens,Extra,TIMESTAMP,ContextTokens,Extra\n"      # reorder
           "4,x,2023-11-16 18:15:50.5,\n"                                 # short: ContextTokens empty
           "4\n"                                                          # short: no timestamp
           "4,x,2023-11-16 24:00:00,1,y\n"                               # hour 24
-          "2,x, 2023-11-16 18:15:51.0 ,1_000,y\n")                      # spaces, an underscore int
+          "2,x, 2023-11-16 18:15:51.0 ,1_000,y\n"                       # spaces, an underscore int
+          "2,x,2023-11-16 18:15:52,99999999999999999999,y\n")          # past MAX_REQUEST_TOKENS
 
 
 def reference_rows(path):
@@ -43,7 +44,7 @@ def reference_rows(path):
                     raw = d.get(f)
                     if raw is None or not raw.strip():
                         raise WorkloadError(f"{where}: field {f!r} is missing")
-                    vals.append(parse_number(raw.strip(), int, where, f, minimum=1))
+                    vals.append(parse_number(raw.strip(), int, where, f, minimum=1, maximum=MAX_REQUEST_TOKENS))
                 out.append((i, ns, f"conv-{i - 2}", *vals))
             except WorkloadError as err:
                 out.append((i, str(err)))
@@ -56,7 +57,7 @@ def test_azure_rows_as_dictreader_reads_them(tmp_path):
     ref = reference_rows(p)
     good = [r for r in ref if len(r) == 5]
     bad = [r for r in ref if len(r) == 2]
-    assert len(good) == 5 and len(bad) == 5          # the file exercises both paths
+    assert len(good) == 5 and len(bad) == 6          # the file exercises both paths
     wl = read_azure(conv_path=p, skip_bad_rows=True)
     assert [(s.line, s.message) for s in wl.skipped] == bad
     ns0 = min(r[1] for r in good)

@@ -22,6 +22,8 @@ def test_csv_and_jsonl_round_trip(tmp_path):
     ("a,0,acme,3,0", "output_tokens"),
     ("a,0,,3,5", "tenant"),
     ("a,nan,acme,3,5", "arrival_s"),
+    ("a,0,acme,99999999999999999999,5", "prompt_tokens"),      # overflowed the int64 records
+    ("a,0,acme,3,10000000000001", "output_tokens"),
 ])
 def test_bad_row_names_file_line_field(tmp_path, row, field):
     p = tmp_path / "bad.csv"
@@ -49,3 +51,16 @@ def test_bad_json_line(tmp_path):
     p.write_text('{"request_id": "x"\n')
     with pytest.raises(WorkloadError, match=r"t.jsonl:1: not valid JSON"):
         read_trace(p)
+
+
+@pytest.mark.parametrize("hashes", ['"123"', "5", '["x"]', "[1.5]", "[true]", '{"a": 1}'])
+def test_prefix_hashes_must_be_a_list_of_integers(tmp_path, hashes):
+    """A string was read character by character, ``1.5`` truncated, ``5`` crashed the run."""
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"request_id": "x", "arrival_s": 0, "tenant": "t", "prompt_tokens": 64, "output_tokens": 2, '
+                 f'"hash_ids": {hashes}}}\n')
+    with pytest.raises(WorkloadError, match=r"t.jsonl:1: field 'prefix_hashes/hash_ids': expected"):
+        read_trace(p)
+    p.write_text('{"request_id": "x", "arrival_s": 0, "tenant": "t", "prompt_tokens": 64, "output_tokens": 2, '
+                 '"prefix_hashes": [7, 8]}\n')
+    assert read_trace(p).rows[0].prefix_hashes == (7, 8)

@@ -17,7 +17,7 @@ from typing import Callable, Final, Iterable, NamedTuple, TypeVar
 
 from tokenfair.workloads.gc_pause import with_gc_paused
 from tokenfair.workloads.transforms import spread_tenants
-from tokenfair.workloads.workload import (REQUIRED, TraceRow, Workload, WorkloadError, moved, parse_number, plain_row, json_object,
+from tokenfair.workloads.workload import (MAX_REQUEST_TOKENS, REQUIRED, TraceRow, Workload, WorkloadError, moved, parse_number, plain_row, json_object,
                                 read_trace, row_from_mapping)
 
 
@@ -106,9 +106,10 @@ def _int_value(raw: object, field: str, where: str) -> int:
             value = int(raw)                # what parse_number(raw, int, ...) does with a str
         except ValueError:
             value = 0                       # parse_number below names the error
-        if value >= 1:
+        if 1 <= value <= MAX_REQUEST_TOKENS:
             return value
-    return parse_number(raw.strip() if isinstance(raw, str) else raw, int, where, field, minimum=1)
+    return parse_number(raw.strip() if isinstance(raw, str) else raw, int, where, field, minimum=1,
+                        maximum=MAX_REQUEST_TOKENS)
 
 
 # --- Azure LLM inference trace 2023 -------------------------------------------------------

@@ -22,6 +22,10 @@ OPTIONAL = ("class", "deadline_s", "priority", "max_tokens")
 # the latest arrival a workload may have (about 116 days): the timeline is bucketed per
 # second, so a longer span is sliced (--start-s/--end-s) or compressed (--rate-scale) first
 MAX_ARRIVAL_S: Final = 1e7
+# the most tokens one request's prompt, output or max_tokens may give: beyond any context
+# (such a prompt is rejected for the KV pool, such an output capped), and a million of them
+# still sum within the int64 columns of the records (a larger one overflowed them)
+MAX_REQUEST_TOKENS: Final = 10**12
 
 
 class WorkloadError(ValueError):
@@ -142,6 +146,21 @@ def _blank(v: object) -> bool:
     return v is None or (isinstance(v, str) and v.strip() == "")
 
 
+def _prefix_hashes(raw: object, where: str) -> tuple[int, ...]:
+    """A row's prompt block hashes (``prefix_hashes`` or Mooncake's ``hash_ids``): a list of
+    integers (none: no blocks).  A string, a scalar or a non-integer item is refused, naming
+    the row (a string was read character by character, ``1.5`` truncated, ``5`` crashed)."""
+    if _blank(raw) or raw == []:
+        return ()
+    field = "prefix_hashes/hash_ids"
+    if not isinstance(raw, (list, tuple)):
+        raise WorkloadError(f"{where}: field {field!r}: expected a list of integer block hashes, got {raw!r}")
+    for h in raw:
+        if isinstance(h, bool) or not isinstance(h, int):
+            raise WorkloadError(f"{where}: field {field!r}: expected integer block hashes, got {h!r}")
+    return tuple(raw)
+
+
 def row_from_mapping(d: dict, where: str) -> TraceRow:
     """Validate one trace record (already split into fields)."""
     unknown = set(d) - set(REQUIRED) - set(OPTIONAL) - {"prefix_hashes", "hash_ids"}
@@ -162,15 +181,18 @@ def row_from_mapping(d: dict, where: str) -> TraceRow:
     if not _blank(d.get("priority")):
         opt["priority"] = parse_number(d["priority"], float, where, "priority")
     if not _blank(d.get("max_tokens")):
-        opt["max_tokens"] = parse_number(d["max_tokens"], int, where, "max_tokens", minimum=1)
-    hashes = d.get("prefix_hashes", d.get("hash_ids")) or ()
+        opt["max_tokens"] = parse_number(d["max_tokens"], int, where, "max_tokens", minimum=1,
+                                         maximum=MAX_REQUEST_TOKENS)
+    hashes = _prefix_hashes(d.get("prefix_hashes", d.get("hash_ids")), where)
     row = TraceRow(
         request_id=rid,
         arrival_s=parse_number(d["arrival_s"], float, where, "arrival_s", minimum=0, maximum=MAX_ARRIVAL_S),
         tenant=tenant,
-        prompt_tokens=parse_number(d["prompt_tokens"], int, where, "prompt_tokens", minimum=1),
-        output_tokens=parse_number(d["output_tokens"], int, where, "output_tokens", minimum=1),
-        prefix_hashes=tuple(int(h) for h in hashes),
+        prompt_tokens=parse_number(d["prompt_tokens"], int, where, "prompt_tokens", minimum=1,
+                                   maximum=MAX_REQUEST_TOKENS),
+        output_tokens=parse_number(d["output_tokens"], int, where, "output_tokens", minimum=1,
+                                   maximum=MAX_REQUEST_TOKENS),
+        prefix_hashes=hashes,
         **opt,
     )
     if row.max_tokens is not None and row.output_tokens > row.max_tokens:
