@@ -57,3 +57,8 @@ def test_bad_grid_is_an_error(setup):
     g.write_text("base: base.yaml\nvary:\n  tenants.light.weight: [1]\nextra: 1\n")
     with pytest.raises(GridError, match="unknown key"):
         load_grid(g)
+    # a named light tenant that sends nothing (a typo) is refused before any variant runs
+    g.write_text("base: base.yaml\nvary:\n  tenants.light.weight: [1, 2]\nlight_tenants: [lihgt]\n")
+    res = CliRunner().invoke(app, ["sweep", str(setup / "t.jsonl"), "--grid", str(g), "--out", str(setup / "o")])
+    assert res.exit_code == 2 and "light_tenants: 'lihgt' sends no request in the traces" in res.output
+    assert not (setup / "o" / "sweep.json").exists()

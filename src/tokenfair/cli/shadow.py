@@ -101,11 +101,12 @@ def sweep(traces: List[str] = typer.Argument(..., help="traces: built-in scenari
     from rich.table import Table
 
     from ..contracts.store import resolve_contract_ref
-    from ..contracts.sweep import dump_variant, load_grid, run_sweep, write_sweep
+    from ..contracts.sweep import check_light_tenants, dump_variant, load_grid, run_sweep, write_sweep
     try:
         g = load_grid(grid)
         base = resolve_contract_ref(baseline, store) if baseline is not None else g.base
         prof, th, wls = sim_inputs(profile, thresholds, policy, traces, seed, max_requests)
+        check_light_tenants(g, wls)
     except USER_ERRORS as err:
         fail(error_message(err))
     console = Console(stderr=True)

@@ -139,6 +139,18 @@ def light_tenants_of(workloads: list[Workload]) -> list[str]:
     return sorted(t for t, m in means.items() if m < med) or [min(means, key=means.get)]
 
 
+def check_light_tenants(grid: Grid, workloads: list[Workload]) -> None:
+    """A grid's named light tenant that sends no request in the traces is refused (a misspelt
+    name left the plot's light P99 TTFT blank and the ranking without its third key)."""
+    if grid.light_tenants is None:
+        return
+    sending = {r.tenant for wl in workloads for r in wl.rows}
+    absent = [t for t in grid.light_tenants if t not in sending]
+    if absent:
+        raise GridError(f"light_tenants: {', '.join(map(repr, absent))} sends no request in the traces "
+                        f"(their tenants: {', '.join(sorted(sending))}); fix the name or leave light_tenants out")
+
+
 def simulate_summaries(workloads: list[Workload], contract: Contract, profile: dict, policy: str) -> list[dict]:
     """One summary per workload (run in a worker process).  The profile travels as its fields:
     a used Profile caches its compiled step-cost object, which does not pickle."""
