@@ -221,6 +221,21 @@ def test_an_unknown_policy_option_names_the_options_the_policy_takes(spec, takes
     assert takes in str(err.value) and spec in str(err.value), str(err.value)
 
 
+def test_a_policy_factory_taking_any_keyword_gets_its_options_unchecked():
+    from tokenfair.sched.registry import POLICIES, register
+    seen = {}
+
+    def factory(**opts):
+        seen.update(opts)
+        return make_policy("fifo")
+    register("any-options", factory)
+    try:
+        make_policy("any-options:x=1,y=2")
+    finally:
+        del POLICIES["any-options"]
+    assert seen == {"x": "1", "y": "2"}
+
+
 @pytest.mark.parametrize("value", ["-1", "inf", "nan"])
 def test_vtc_cost_weights_must_be_finite_and_not_negative(value):
     with pytest.raises(ValueError, match=f"vtc: output_weight must be a finite number >= 0, got '{value}'"):

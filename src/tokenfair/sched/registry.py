@@ -38,9 +38,10 @@ def make_policy(spec: str) -> Policy:
         factory = POLICIES[name]
     except KeyError:
         raise KeyError(f"unknown policy {name!r}; choose one of: {', '.join(sorted(POLICIES))}") from None
-    unknown = sorted(set(kwargs) - set(policy_options(factory)))
+    options = policy_options(factory)
+    unknown = sorted(set(kwargs) - set(options)) if options is not None else []
     if unknown:
-        takes = ", ".join(policy_options(factory)) or "no options"
+        takes = ", ".join(options or ()) or "no options"
         raise ValueError(f"policy {spec!r}: unknown option {unknown[0]!r}; {name} takes: {takes}")
     try:
         return factory(**kwargs)
@@ -48,12 +49,15 @@ def make_policy(spec: str) -> Policy:
         raise ValueError(f"policy {spec!r}: bad option ({err})") from None
 
 
-def policy_options(factory: Callable[..., Policy]) -> list[str]:
-    """The option names a policy's factory takes (its keyword parameters)."""
+def policy_options(factory: Callable[..., Policy]) -> list[str] | None:
+    """The option names a policy's factory takes (its keyword parameters); None when it takes
+    any (``**kwargs``) or has no signature to read: the call decides."""
     try:
-        params = inspect.signature(factory).parameters.values()
-    except (TypeError, ValueError):                # no signature to read: let the call decide
-        return []
+        params = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
     return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
