@@ -45,6 +45,10 @@ def test_keys_hash_cli():
     import yaml
     spec = yaml.safe_load(digest_line)
     assert parse_contract({"tenants": spec}).tenants["alice"].api_key_sha256 == (hash_key("alice-key"),)
+    # an empty key hashed to a digest no request can match (a presented key is stripped, and an
+    # empty one is no key): refused
+    res = runner.invoke(app, ["keys", "hash", "alice-key", "  "])
+    assert res.exit_code == 2 and "key 2 is empty" in res.output
 
 
 def test_startup_prints_keys_and_tenants(capsys):

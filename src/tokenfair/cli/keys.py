@@ -22,6 +22,12 @@ def hash_keys(keys: Optional[List[str]] = typer.Argument(None, help="keys to has
     if not given:
         typer.echo("error: give at least one key (as arguments or one per line on stdin)", err=True)
         raise typer.Exit(2)
+    blank = [i for i, k in enumerate(given, 1) if not k.strip()]
+    if blank:
+        # the server strips a presented key and reads an empty one as no key at all
+        typer.echo(f"error: key {blank[0]} is empty; a request can never present it (give the key itself)",
+                   err=True)
+        raise typer.Exit(2)
     digests = [hash_key(k.strip()) for k in given]
     assert all(len(d) == SHA256_HEX_CHARS for d in digests)
     if tenant is not None:
