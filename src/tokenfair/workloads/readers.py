@@ -18,7 +18,7 @@ from typing import Callable, Final, Iterable, NamedTuple, TypeVar
 from tokenfair.workloads.gc_pause import with_gc_paused
 from tokenfair.workloads.transforms import spread_tenants
 from tokenfair.workloads.workload import (MAX_REQUEST_TOKENS, REQUIRED, TraceRow, Workload, WorkloadError, moved, parse_number, plain_row, json_object,
-                                read_trace, row_from_mapping)
+                                prefix_hashes_of, read_trace, row_from_mapping)
 
 
 T = TypeVar("T")
@@ -249,11 +249,9 @@ def read_mooncake(path: str | Path, *, tenant: str = "default", skip_bad_rows: b
         if d.get("timestamp") is None:
             raise WorkloadError(f"{where}: field 'timestamp' is missing")
         ts = parse_number(d["timestamp"], float, where, "timestamp", minimum=0)
-        hashes = d.get("hash_ids") or []
-        if not isinstance(hashes, list) or any(isinstance(h, bool) or not isinstance(h, int) for h in hashes):
-            raise WorkloadError(f"{where}: field 'hash_ids': expected a list of integers, got {hashes!r:.60}")
+        hashes = prefix_hashes_of(d.get("hash_ids") or None, where, "hash_ids")
         return TraceRow(f"mc-{line - 1}", ts / 1000.0, tenant, _int_field(d, "input_length", where),
-                        _int_field(d, "output_length", where), prefix_hashes=tuple(hashes))
+                        _int_field(d, "output_length", where), prefix_hashes=hashes)
     with p.open() as fh:
         rows = parse_jsonl_rows(fh, p, skipped, parse)
     wl = finish_workload(f"mooncake-{p.stem}", rows, skipped, str(p))

@@ -146,15 +146,14 @@ def _blank(v: object) -> bool:
     return v is None or (isinstance(v, str) and v.strip() == "")
 
 
-def _prefix_hashes(raw: object, where: str) -> tuple[int, ...]:
+def prefix_hashes_of(raw: object, where: str, field: str = "prefix_hashes/hash_ids") -> tuple[int, ...]:
     """A row's prompt block hashes (``prefix_hashes`` or Mooncake's ``hash_ids``): a list of
     integers (none: no blocks).  A string, a scalar or a non-integer item is refused, naming
     the row (a string was read character by character, ``1.5`` truncated, ``5`` crashed)."""
     if _blank(raw) or raw == []:
         return ()
-    field = "prefix_hashes/hash_ids"
     if not isinstance(raw, (list, tuple)):
-        raise WorkloadError(f"{where}: field {field!r}: expected a list of integer block hashes, got {raw!r}")
+        raise WorkloadError(f"{where}: field {field!r}: expected a list of integer block hashes, got {raw!r:.60}")
     for h in raw:
         if isinstance(h, bool) or not isinstance(h, int):
             raise WorkloadError(f"{where}: field {field!r}: expected integer block hashes, got {h!r}")
@@ -183,7 +182,7 @@ def row_from_mapping(d: dict, where: str) -> TraceRow:
     if not _blank(d.get("max_tokens")):
         opt["max_tokens"] = parse_number(d["max_tokens"], int, where, "max_tokens", minimum=1,
                                          maximum=MAX_REQUEST_TOKENS)
-    hashes = _prefix_hashes(d.get("prefix_hashes", d.get("hash_ids")), where)
+    hashes = prefix_hashes_of(d.get("prefix_hashes", d.get("hash_ids")), where)
     row = TraceRow(
         request_id=rid,
         arrival_s=parse_number(d["arrival_s"], float, where, "arrival_s", minimum=0, maximum=MAX_ARRIVAL_S),
