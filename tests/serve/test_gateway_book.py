@@ -27,6 +27,20 @@ def test_book_ends_a_job_once_records_it_and_scrubs_backend_addresses(h):
     assert isinstance(ev, Failed) and ev.message == "backend 1 broke" and j.finished.is_set()
 
 
+def test_book_lets_a_job_go_only_after_its_record_is_written(h):
+    """Another thread (a test, a drain) that sees no held jobs must see every record."""
+    from tokenfair.serve.gateway_jobs import JobBook
+
+    held_at_record: list[bool] = []
+    book = JobBook(None, None, backends(1), max_retries=0, now=lambda: 1.0,
+                   record=lambda req, **kw: held_at_record.append(req.request_id in book.jobs),
+                   preempted=lambda t: None, closing=lambda: False, wake=lambda: None)
+    j = job(h.service_contract())
+    book.add(j)
+    book.end(j, Status.FAILED, Reason(ReasonCode.CLIENT_DISCONNECTED, "gone"))
+    assert held_at_record == [True] and not book.jobs
+
+
 def test_book_requeues_within_max_retries_then_fails(h):
     bs = backends(1)
     book, records, preempted, _ = book_for(bs, max_retries=1)

@@ -90,9 +90,11 @@ class JobBook:
             self.policy.on_finish(req, now)
         elif req.scheduled_s is not None:
             self.policy.on_finish(req, now)
-        self.jobs.pop(req.request_id, None)
         extra = {} if http_status is None else {"http_status": http_status}
-        self.record(req, endpoint=job.g.kind, finish_reason=finish_reason, **extra)
+        try:
+            self.record(req, endpoint=job.g.kind, finish_reason=finish_reason, **extra)
+        finally:    # after the record: a thread that sees no held jobs sees every record
+            self.jobs.pop(req.request_id, None)
         event = event if event is not None else failed_event(req)
         if isinstance(event, Failed):     # the client never sees the backends' addresses
             event.message = scrub(event.message, self.backends)
