@@ -7,7 +7,8 @@ moves requests between the policy's waiting queue and the running set; it counts
   (swapped ones are swapped back in); a candidate that does not fit blocks the queue
   (``hol_blocking``) or only its tenant for this step; one the policy gives no chunk
   (``chunk_for`` 0) blocks its tenant for this step; the policy may name an urgent victim;
-* ``top_up_prefills``: prefill budget nobody else could use extends this step's chunks;
+* ``top_up_prefills``: prefill budget nobody else could use extends this step's chunks (the
+  ones the policy puts first, ``Policy.prefill_first``, before the others);
 * ``make_room`` / ``preempt``: evict the policy's victim (swap or recompute, by its choice
   and the host space) and put it back in the waiting queue.
 """
@@ -38,11 +39,15 @@ class Admitter:
         self.num_recomputed_tokens = 0
         self.num_swapped_blocks = 0
 
-    def top_up_prefills(self, out: SchedulerOutput, budget: Budget) -> None:
+    def top_up_prefills(self, out: SchedulerOutput, budget: Budget, first: list[bool] | None = None) -> None:
         """Work-conserving: prefill budget nobody else could use extends this step's chunks
-        (in schedule order) up to each request's remaining prompt."""
+        (in schedule order; the ones marked in ``first`` before the others) up to each
+        request's remaining prompt."""
         pool = self.runs.pool
-        for idx, (req, n) in enumerate(out.prefill):
+        order = range(len(out.prefill)) if first is None else \
+            [i for i, f in enumerate(first) if f] + [i for i, f in enumerate(first) if not f]
+        for idx in order:
+            req, n = out.prefill[idx]
             if budget.prefill_left <= 0:
                 return
             extra = min(req.num_uncomputed - n, budget.prefill_left)

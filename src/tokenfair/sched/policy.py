@@ -138,6 +138,12 @@ class Policy:
         """Serve this running prefill's next chunk only after new admissions (default: no)."""
         return False
 
+    def prefill_first(self, prefills: list[tuple[Request, int]], now: float) -> list[bool] | None:
+        """Which of this step's chunks (``prefills``, in schedule order, two or more) the
+        top-up extends first, asked only when budget is left for it.  Default None:
+        schedule order."""
+        return None
+
     def max_chunk(self) -> int:
         return self.contract.engine.chunk_size
 

@@ -165,7 +165,8 @@ class IterationScheduler:
         if out.prefill:
             budget.add_prefill(policy.extra_prefill_budget(out.prefill))
             if budget.prefill_left > 0:
-                self.admitter.top_up_prefills(out, budget)
+                goes_first = policy.prefill_first(out.prefill, now) if len(out.prefill) > 1 else None
+                self.admitter.top_up_prefills(out, budget, goes_first)
         return out
 
     def _pass(self, out: SchedulerOutput, budget: Budget, now: float, honor_cap: bool,

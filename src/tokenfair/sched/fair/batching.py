@@ -18,6 +18,10 @@
 * while a light tenant's prefill runs and the shaping binds, that prefill keeps the whole
   budget and the decodes of tenants that are not light give way instead
   (``decode_hold``): as many as the TPOT target requires, never one twice in a row;
+* the budget left after admission (and the extra budget) extends the light prefills first
+  (``prefill_first``): a light prompt admitted after a heavy chunk (a forced head, a
+  background prefill) would otherwise be left a few tokens short, to finish a step later,
+  while the top-up extends the heavy chunk;
 * while decodes with a TPOT SLO run, prefill without one is *background* (``background.py``):
   it waits behind foreground work and sits out the steps that carry a foreground prefill,
   for a bounded time, unless its tenant is persistently owed service; a step of background
@@ -169,6 +173,13 @@ class PrefillShaper:
         if self.meter.is_light(self.roster.tenants[req.tenant], now, req):
             return self.prefill_token_budget
         return self.chunk_size
+
+    def prefill_first(self, prefills: list[tuple[Request, int]], now: float) -> list[bool]:
+        """The light tenants' prefills that do not yield to foreground work are extended
+        first by the top-up (``Policy.prefill_first``)."""
+        tenants, meter = self.roster.tenants, self.meter
+        return [meter.is_light(tenants[r.tenant], now, r) and not self.yields_to_foreground(r, now)
+                for r, _ in prefills]
 
     def sits_out_step(self, req: Request, now: float) -> bool:
         """``req``'s prefill is background and sits out this step: it carries a foreground

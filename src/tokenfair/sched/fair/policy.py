@@ -288,6 +288,9 @@ class FairPolicy(Policy):
     def defer_prefill(self, req: Request, now: float) -> bool:
         return self.shaper.defer_prefill(req, now)
 
+    def prefill_first(self, prefills: list[tuple[Request, int]], now: float) -> list[bool] | None:
+        return self.shaper.prefill_first(prefills, now)
+
     # -- accounting ----------------------------------------------------------------------
     def on_served(self, req: Request, prefill_tokens: int, decoded: int, now: float) -> None:
         self.accounting.on_served(req, prefill_tokens, decoded, now)
