@@ -10,12 +10,13 @@ from tokenfair.workloads.scenarios import SCENARIOS
 from tokenfair.evaluation.thresholds import evaluate, load_thresholds
 
 # burst-long: fair keeps the streams' TPOT under the SLO while the 9K-token burst prefills
-# (TPOT-shaped budget), which costs the burst ~2% of the engine: in-time goodput 0.975x vtc's
-# (its SLO goodput is 1.26x vtc's).  Pinned at >= 0.96x.
+# (TPOT-shaped budget), which costs the burst ~2% of the engine: in-time goodput 0.98x vtc's
+# (its SLO goodput is 1.27x vtc's).  Pinned at >= 0.96x.
 IN_TIME_SHORTFALL = {"burst-long": 0.96}
 # a light stream's TTFT is about two engine steps (the step running when it arrives, then the
-# one with its prefill) next to 8K-token prefills; alone it is one short step.  Pinned.
-LIGHT_VS_ISOLATED = {"burst": 5.0, "burst-long": 3.5}
+# one with its prefill) next to 8K-token prefills; alone it is one short step.  Pinned (burst
+# 1.46x, burst-long 1.95x on seed 0: burst-long's is held to the criterion, 2x).
+LIGHT_VS_ISOLATED = {"burst": 5.0}
 
 
 @pytest.fixture(scope="module")
