@@ -14,9 +14,10 @@ from tokenfair.runtime.loop import VirtualClock, run
 from tokenfair.runtime.step_counter import StepCounter
 from tokenfair.sched.fair.batching import TPOT_MARGIN
 from tokenfair.sched.fair.policy import FairPolicy
-from tokenfair.sched.scheduler import IterationScheduler
 from tokenfair.sim.engine import RowFedEngine, SimEngine
 from tokenfair.workloads.workload import TraceRow
+
+from step_log import StepLog
 
 PROFILE = BUILTIN_PROFILES["llama3-8b-a100"]
 SLO_S = 0.1
@@ -29,19 +30,11 @@ CONTRACT = parse_contract({
 PROBE_PROMPT = 1000          # fits the budget shaped for no cached prefix, not for the document's
 
 
-class _Logged(IterationScheduler):
-    """Records each step's prefill chunks as (request, new tokens, cached tokens) and the
-    decode batch's (context sum, size)."""
-
-    def __init__(self, *a):
-        super().__init__(*a)
-        self.steps = []
-
-    def schedule(self, now):
-        out = super().schedule(now)
-        chunks = [(r.request_id, n, r.num_computed) for r, n in out.prefill]
-        self.steps.append((chunks, sum(r.num_computed - 1 for r in out.decode), len(out.decode)))
-        return out
+def _step(out):
+    """A step's prefill chunks as (request, new tokens, cached tokens) and the decode batch's
+    (context sum, size)."""
+    chunks = [(r.request_id, n, r.num_computed) for r, n in out.prefill]
+    return chunks, sum(r.num_computed - 1 for r in out.decode), len(out.decode)
 
 
 class _NoExtra(FairPolicy):
@@ -55,7 +48,7 @@ def _probe_steps(policy):
     rows = [TraceRow(f"s{i}", 0.01 * i, "stream", 200, 3_000) for i in range(32)]
     rows.append(TraceRow("doc", 0.5, "docs", 48_000, 4))
     rows.append(TraceRow("probe", 2.0, "probe", PROBE_PROMPT, 4))
-    sched = _Logged(policy, CONTRACT, PROFILE)
+    sched = StepLog(_step, policy, CONTRACT, PROFILE)
     run(tuple(rows), CONTRACT, sched, RowFedEngine(SimEngine(PROFILE)), VirtualClock(), None,
         fast_forward=None, recorder=StepCounter(CONTRACT.costs))
     before = [s for s in sched.steps if any(c[0] == "probe" for c in s[0])]

@@ -11,9 +11,10 @@ from tokenfair.runtime.step_counter import StepCounter
 from tokenfair.sched.fair.batching import TPOT_MARGIN
 from tokenfair.sched.fair.shaping import BudgetShaper
 from tokenfair.sched.registry import make_policy
-from tokenfair.sched.scheduler import IterationScheduler
 from tokenfair.sim.engine import RowFedEngine, SimEngine
 from tokenfair.workloads.workload import TraceRow
+
+from step_log import StepLog
 
 PROFILE = BUILTIN_PROFILES["llama3-8b-a100"]
 SLO_S = 0.06
@@ -24,25 +25,16 @@ CONTRACT = parse_contract({
 LONG_PROMPT = 48_000
 
 
-class _Logged(IterationScheduler):
-    """Records each step's prefill chunks as (new tokens, cached tokens) and its decodes."""
-
-    def __init__(self, *a):
-        super().__init__(*a)
-        self.steps = []
-
-    def schedule(self, now):
-        out = super().schedule(now)
-        chunks = [(n, r.num_computed - n) for r, n in out.prefill]     # grown already: k = computed - n
-        ctx = sum(r.num_computed - 1 for r in out.decode)
-        self.steps.append((chunks, ctx, len(out.decode)))
-        return out
+def _step(out):
+    """A step's prefill chunks as (new tokens, cached tokens) and its decodes."""
+    chunks = [(n, r.num_computed - n) for r, n in out.prefill]     # grown already: k = computed - n
+    return chunks, sum(r.num_computed - 1 for r in out.decode), len(out.decode)
 
 
 def _run():
     rows = [TraceRow(f"s{i}", 0.01 * i, "stream", 200, 2_000) for i in range(24)]
     rows.append(TraceRow("doc", 0.5, "docs", LONG_PROMPT, 4))
-    sched = _Logged(make_policy("fair"), CONTRACT, PROFILE)
+    sched = StepLog(_step, make_policy("fair"), CONTRACT, PROFILE)
     run(tuple(rows), CONTRACT, sched, RowFedEngine(SimEngine(PROFILE)), VirtualClock(), None,
         fast_forward=None, recorder=StepCounter(CONTRACT.costs))
     return sched.steps

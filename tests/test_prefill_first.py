@@ -15,26 +15,19 @@ from tokenfair.sched.admit import Admitter
 from tokenfair.sched.fair.policy import FairPolicy
 from tokenfair.sched.interface import SchedulerOutput
 from tokenfair.sched.policy import Budget, Policy
-from tokenfair.sched.scheduler import IterationScheduler
 from tokenfair.sched.state import RunningSet
 from tokenfair.sim.engine import RowFedEngine, SimEngine
 from tokenfair.workloads.scenarios import build_scenario
+
+from step_log import StepLog
 
 PROFILE = BUILTIN_PROFILES["llama3-8b-a100"]
 BLOCK = 16
 
 
-class _Logged(IterationScheduler):
-    """Each step's chunks as (request id, tenant, new tokens, prompt tokens left)."""
-
-    def __init__(self, *a):
-        super().__init__(*a)
-        self.steps = []
-
-    def schedule(self, now):
-        out = super().schedule(now)
-        self.steps.append([(r.request_id, r.tenant, n, r.num_uncomputed) for r, n in out.prefill])
-        return out
+def _chunks(out):
+    """A step's chunks as (request id, tenant, new tokens, prompt tokens left)."""
+    return [(r.request_id, r.tenant, n, r.num_uncomputed) for r, n in out.prefill]
 
 
 class _NoFirst(FairPolicy):
@@ -47,7 +40,7 @@ class _NoFirst(FairPolicy):
 def _steps(policy) -> list:
     wl, contract = build_scenario("burst-long", 0)
     rows = tuple(r for r in wl.rows if r.arrival_s < 200.0)   # the documents' max wait ends at ~180 s
-    sched = _Logged(policy, contract, PROFILE)
+    sched = StepLog(_chunks, policy, contract, PROFILE)
     run(rows, contract, sched, RowFedEngine(SimEngine(PROFILE)), VirtualClock(), None,
         fast_forward=None, recorder=StepCounter(contract.costs))
     return sched.steps
