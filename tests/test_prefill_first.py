@@ -6,6 +6,8 @@ step; a streaming tenant's prompt admitted after it got what the TPOT-shaped bud
 (192 of 201 tokens), and the step's extra budget then extended the document's chunk, so the
 stream's first token came a step later."""
 
+import pytest
+
 from tokenfair.core.costmodel import BUILTIN_PROFILES
 from tokenfair.core.kv import BlockPool
 from tokenfair.core.request import Request
@@ -95,3 +97,10 @@ def test_the_top_up_extends_the_chunks_that_go_first_first():
     assert [(r.request_id, n) for r, n in out.prefill] == [("h2", 612), ("l2", 200)]
     for r, n in [(heavy, 562), (light, 300), (h2, 612), (l2, 200)]:
         assert r.blocks == pool.blocks_for(n)
+
+
+def test_a_policy_that_marks_the_wrong_number_of_chunks_is_named():
+    adm, pool = _admitter(1000)
+    out = _step(pool, [(_req("h", "h", 5000), 512), (_req("l", "l", 300), 200)])
+    with pytest.raises(ValueError, match=r"Policy.prefill_first returned 1 flags for 2 chunks"):
+        adm.top_up_prefills(out, Budget(100, 0, False), [True])

@@ -44,6 +44,9 @@ class Admitter:
         (in schedule order; the ones marked in ``first`` before the others) up to each
         request's remaining prompt."""
         pool = self.runs.pool
+        if first is not None and len(first) != len(out.prefill):
+            raise ValueError(f"{type(self.policy).__name__}.prefill_first returned {len(first)} flags for "
+                             f"{len(out.prefill)} chunks: return one per chunk, in schedule order (or None)")
         order = range(len(out.prefill)) if first is None else \
             [i for i, f in enumerate(first) if f] + [i for i, f in enumerate(first) if not f]
         for idx in order:
