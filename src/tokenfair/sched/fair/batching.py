@@ -102,13 +102,11 @@ class PrefillShaper:
         self.fg_extra = (0, 0)
         n, ctx, prefilling = last_step
         admitted, self.admitted_prefills = self.admitted_prefills, []
-        tenants, meter = self.roster.tenants, self.meter
         running = [r for group in (prefilling, admitted) for r in group
                    if r.status is Status.RUNNING and r.in_prefill]
         slo = self.decode_slos.tightest()
         self.background.refresh(slo is not None, running, now)
-        self.light_prefilling = any(meter.is_light(tenants[r.tenant], now, r)
-                                    and not self.yields_to_foreground(r, now) for r in running)
+        self.light_prefilling = any(self.is_light_prefill(r, now) for r in running)
         if slo is None or n == 0:
             return budget
         target = TPOT_MARGIN * slo
@@ -174,12 +172,16 @@ class PrefillShaper:
             return self.prefill_token_budget
         return self.chunk_size
 
+    def is_light_prefill(self, req: Request, now: float) -> bool:
+        """``req``'s prefill is a light tenant's that does not yield to foreground work: it
+        counts for ``light_prefilling`` and goes first for the top-up."""
+        return (self.meter.is_light(self.roster.tenants[req.tenant], now, req)
+                and not self.yields_to_foreground(req, now))
+
     def prefill_first(self, prefills: list[tuple[Request, int]], now: float) -> list[bool]:
-        """The light tenants' prefills that do not yield to foreground work are extended
-        first by the top-up (``Policy.prefill_first``)."""
-        tenants, meter = self.roster.tenants, self.meter
-        return [meter.is_light(tenants[r.tenant], now, r) and not self.yields_to_foreground(r, now)
-                for r, _ in prefills]
+        """The light prefills (:meth:`is_light_prefill`) are extended first by the top-up
+        (``Policy.prefill_first``)."""
+        return [self.is_light_prefill(r, now) for r, _ in prefills]
 
     def sits_out_step(self, req: Request, now: float) -> bool:
         """``req``'s prefill is background and sits out this step: it carries a foreground
