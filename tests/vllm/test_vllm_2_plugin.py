@@ -14,15 +14,19 @@ import pytest
 from tokenfair.integrations.burst import TenantLoad, run_burst, run_in_turn, summarize
 from tokenfair.integrations.vllm_metrics import read_counters
 
-# The light tenant arrives 2 s in, with most of the burst still queued (about 24 of 36 on
-# this CPU): stock serves it after all of them (4-5 s); the fair order starts it at the next
+# The light tenant arrives 2 s in, with most of the burst still queued (about 36 of 48 on
+# this CPU): stock serves it after all of them (5-6 s); the fair order starts it at the next
 # free slot.  No slot is taken from a running request (no preemption), so its wait is up to
 # one wave of the running requests (about 1 s here), which is why the light tenant must
-# arrive with more than two waves queued ahead for the 0.5x bound to measure the order and
-# not the phase it arrives in (arriving 4 s in, stock's wait is 2-2.8 s and one unlucky
-# phase took the plugin's median to 0.62x).
-BURST = [TenantLoad("heavy_a", 18, 5, 32), TenantLoad("heavy_b", 18, 5, 32),
-         TenantLoad("light", 3, 1, 8, start_s=2.0, spacing_s=1.0, klass="interactive")]
+# arrive with several waves queued ahead for the 0.5x bound to measure the order and not the
+# phase it arrives in (arriving 4 s into a burst of 18 each, stock's wait was 2-2.8 s and one
+# unlucky phase took the plugin's median to 0.62x).  24 requests each keep both heavy tenants
+# backlogged together for about 5 s (at 18 each, 1.9-4 s: under the 2 s the shares need).
+NUM_HEAVY = 24              # requests per heavy tenant
+NUM_LIGHT = 3
+BURST = [TenantLoad("heavy_a", NUM_HEAVY, 5, 32), TenantLoad("heavy_b", NUM_HEAVY, 5, 32),
+         TenantLoad("light", NUM_LIGHT, 1, 8, start_s=2.0, spacing_s=1.0, klass="interactive")]
+BURST_OUTPUT_TOKENS = 2 * NUM_HEAVY * 32 + NUM_LIGHT * 8
 RUNS = 3
 # a run starts at least this long after the same server's previous run: two fair-policy
 # time constants (its share meter's share_tau_s, 10 s), so what a tenant received at the
@@ -71,7 +75,7 @@ def test_every_request_finishes(burst_runs):
     for name, runs in burst_runs.items():
         for r in runs:
             assert r["failed"] == 0, (name, r["failures"])
-            assert r["output_tokens"] == 18 * 32 * 2 + 3 * 8
+            assert r["output_tokens"] == BURST_OUTPUT_TOKENS
 
 
 def test_light_tenant_ttft_under_a_heavy_burst(burst_runs):
@@ -86,7 +90,7 @@ def test_light_requests_start_before_the_queued_burst(engine_work):
     admitted; it took the first free slot."""
     recs = engine_work["records"]
     lights = [r for r in recs if r["tenant"] == "light"]
-    assert len(lights) == RUNS * 3, len(lights)
+    assert len(lights) == RUNS * NUM_LIGHT, len(lights)
     for light in lights:
         arrived, started = light["arrival_s"], light["scheduled_s"]
         overtook = [r["request_id"] for r in recs if r["tenant"] in HEAVY
@@ -114,7 +118,7 @@ MAX_STEP_RATIO = 1.10
 def test_plugin_uses_the_engine_as_stock_does(engine_work):
     counters = engine_work["counters"]
     plugin, stock = counters["plugin"], counters["stock"]
-    assert plugin.num_generation_tokens == stock.num_generation_tokens == RUNS * (18 * 32 * 2 + 3 * 8)
+    assert plugin.num_generation_tokens == stock.num_generation_tokens == RUNS * BURST_OUTPUT_TOKENS
     assert plugin.num_prompt_tokens == stock.num_prompt_tokens > 0
     assert plugin.num_step_tokens <= stock.num_step_tokens     # prefill computed: no more than stock's
     assert plugin.num_preemptions == stock.num_preemptions == 0                 # no recompute
@@ -126,7 +130,7 @@ def test_plugin_uses_the_engine_as_stock_does(engine_work):
 def test_plugin_saw_tenants_and_classes(vllm_servers, burst_runs, vh):
     recs = vh.read_records(vllm_servers["records"])
     mine = [r for r in recs if r["tenant"] in ("heavy_a", "heavy_b", "light")]
-    assert len(mine) >= RUNS * 39
+    assert len(mine) >= RUNS * (2 * NUM_HEAVY + NUM_LIGHT)
     assert {r["class"] for r in mine if r["tenant"] == "light"} == {"interactive"}
     assert {r["class"] for r in mine if r["tenant"] != "light"} == {"batch"}
     assert all(r["status"] == "finished" and r["charged"] > 0 for r in mine)
