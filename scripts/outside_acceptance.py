@@ -10,19 +10,14 @@ from collections import Counter
 
 from tokenfair.core.costmodel import load_profile
 from tokenfair.evaluation.acceptance import evaluate_workload
-from tokenfair.workloads.random_mix import random_mix
+from tokenfair.workloads.random_mix import random_mix, seed_range
 
 
 def _seeds(text: str) -> list[int]:
-    """``N`` or ``LO-HI`` (inclusive, LO <= HI, both >= 0)."""
-    lo, _, hi = text.partition("-")
     try:
-        first, last = int(lo), int(hi or lo)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a seed or a range LO-HI (e.g. 0-59)") from None
-    if first < 0 or last < first:
-        raise argparse.ArgumentTypeError(f"{text!r}: give LO-HI with 0 <= LO <= HI (e.g. 0-59)")
-    return list(range(first, last + 1))
+        return seed_range(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _detail(name: str, failed: list) -> str:

@@ -83,3 +83,16 @@ def light_tenants(rows: tuple[TraceRow, ...], contract: Contract) -> tuple[str, 
     total_weight = sum(weight.values())
     return tuple(t for t, n in asked.items()
                  if n / total < LIGHT_SHARE_FRACTION * weight[t] / total_weight)
+
+
+def seed_range(text: str) -> list[int]:
+    """The seeds ``N`` or ``LO-HI`` (inclusive, 0 <= LO <= HI) name, for the scripts that run
+    the mixes; ValueError naming the form for anything else."""
+    lo, _, hi = text.partition("-")
+    try:
+        first, last = int(lo), int(hi or lo)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a seed or a range LO-HI (e.g. 0-59)") from None
+    if first < 0 or last < first:
+        raise ValueError(f"{text!r}: give LO-HI with 0 <= LO <= HI (e.g. 0-59)")
+    return list(range(first, last + 1))
