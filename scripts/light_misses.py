@@ -23,8 +23,9 @@ it asks while the others are backlogged.
 
     python scripts/light_misses.py [--seeds 0-59] [--scenario NAME] [--window-s 20]
 
-Every step is scheduled one at a time (no decode runs applied at once), so each step's
-start is seen; the records equal the fast runs' (``tests/test_fastforward.py``).
+One run per seed, every step scheduled one at a time (no decode runs applied at once) so
+each step's start is seen; its records equal the fast run's (``tests/test_fastforward.py``),
+and its summary is ``simulate``'s (``sim/simulate.run_summary``).
 """
 import argparse
 import bisect
@@ -33,13 +34,14 @@ from typing import Any, Final
 
 from tokenfair.contracts.contract import Contract
 from tokenfair.core.costmodel import Profile, load_profile
+from tokenfair.evaluation.record_table import RecordTable
 from tokenfair.evaluation.acceptance import LIGHT, MAX_LIGHT_VS_ISOLATED
 from tokenfair.runtime.loop import VirtualClock, run
 from tokenfair.runtime.recorder import Recorder
 from tokenfair.sched.registry import make_policy
 from tokenfair.sched.scheduler import IterationScheduler
 from tokenfair.sim.engine import RowFedEngine, SimEngine
-from tokenfair.sim.simulate import simulate
+from tokenfair.sim.simulate import run_summary
 from tokenfair.workloads.random_mix import random_mix, seed_range
 from tokenfair.workloads.scenarios import SCENARIOS, build_scenario
 from tokenfair.workloads.workload import Workload
@@ -48,6 +50,7 @@ BUDGET_USED: Final = 0.75         # a step with this fraction of the prefill bud
 KV_FULL: Final = 0.9              # a step with this KV usage: KV-bound
 SATURATED: Final = 0.9            # a window with requests waiting in this fraction of it
 ABOVE_SHARE: Final = 0.99         # asked / share above this: asks more than its share
+MAX_ISOLATED_TENANTS: Final = 32  # simulate()'s default: the smallest tenants get isolated runs
 
 
 class StepLog(IterationScheduler):
@@ -63,19 +66,22 @@ class StepLog(IterationScheduler):
         return out
 
 
-def stepped_run(wl: Workload, contract: Contract, profile: Profile) -> tuple[list[dict], list[tuple]]:
-    """(the records, the steps) of ``fair`` on ``wl``, every step through ``schedule``."""
+def stepped_run(wl: Workload, contract: Contract, profile: Profile) -> tuple[dict, dict, list, list[tuple]]:
+    """(summary.json with isolated baselines, the timeline, the requests, the steps) of ``fair``
+    on ``wl``, every step through ``schedule``: ``simulate``'s run and summary, the steps seen."""
     sched = StepLog(make_policy("fair"), contract, profile)
-    res = run(wl.rows, contract, sched, RowFedEngine(SimEngine(profile)), VirtualClock(),
-              recorder=Recorder(contract.costs))
-    recs = [{"tenant": r.tenant, "arrival_s": r.arrival_s, "scheduled_s": r.scheduled_s,
-             "first_token_s": r.first_token_s, "prompt_tokens": r.prompt_tokens} for r in res.requests]
-    return recs, sched.steps
+    engine = SimEngine(profile)
+    res = run(wl.rows, contract, sched, RowFedEngine(engine), VirtualClock(), recorder=Recorder(contract.costs))
+    timeline = res.recorder.to_json()
+    timeline["swap_s"] = engine.swap_s
+    summary = run_summary(wl, "fair", contract, profile, RecordTable.from_requests(res.requests), timeline,
+                          sched, res.wall_s, True, MAX_ISOLATED_TENANTS)
+    return summary, timeline, res.requests, sched.steps
 
 
-def part_of(rec: dict, steps: list[tuple], starts: list[float], budget: int) -> str:
-    """The largest part of a late request's TTFT (module docstring)."""
-    a, s, f = rec["arrival_s"], rec["scheduled_s"], rec["first_token_s"]
+def part_of(rec: Any, steps: list[tuple], starts: list[float], budget: int) -> str:
+    """The largest part of a late request's TTFT (module docstring); ``rec``: its Request."""
+    a, s, f = rec.arrival_s, rec.scheduled_s, rec.first_token_s
     i = bisect.bisect_right(starts, a)                 # the first step after its arrival
     j = bisect.bisect_left(starts, s)                  # the step that admitted it
     k = bisect.bisect_left(starts, f)                  # the first step after its first token
@@ -91,7 +97,7 @@ def part_of(rec: dict, steps: list[tuple], starts: list[float], budget: int) -> 
         if sum(1 for st in held if st[3] >= BUDGET_USED * budget) >= half:
             return "prefill budget"
         return "KV" if sum(1 for st in held if st[4] >= KV_FULL) >= half else "order"
-    alone_steps = -(-rec["prompt_tokens"] // budget)
+    alone_steps = -(-rec.prompt_tokens // budget)
     return "prefill split" if k - j > alone_steps else "prefill step" if k - j == 1 else "prefill as alone"
 
 
@@ -130,8 +136,8 @@ def asked_over_share(wl: Workload, contract: Contract, timeline: dict, window_s:
         done = served.get(b, Counter())
         if demand and queued[b] >= SATURATED * per_window:
             level = water_level(demand, {t: contract.tenant(t).weight for t in demand}, sum(done.values()))
-            for t, v in now.items():
-                if level != float("inf"):
+            if level != float("inf"):
+                for t, v in now.items():
                     worst[t] = max(worst[t], v / (contract.tenant(t).weight * level))
         for t in demand:
             carried[t] = max(0.0, demand[t] - done[t])
@@ -142,21 +148,19 @@ def misses(wl: Workload, contract: Contract, light: tuple[str, ...], profile: Pr
            window_s: float) -> list[tuple[str, float, bool, Counter[str]]]:
     """(tenant, P99 / isolated P99, asks more than its share, its late requests by part) for
     each light tenant over the bound."""
-    out = simulate(wl, "fair", contract, profile, isolated=True)
-    over = asked_over_share(wl, contract, out.timeline, window_s)
-    recs, steps = stepped_run(wl, contract, profile)
+    summary, timeline, requests, steps = stepped_run(wl, contract, profile)
+    over = asked_over_share(wl, contract, timeline, window_s)
     starts = [st[0] for st in steps]
     budget = contract.engine.prefill_token_budget
     found = []
     for t in light:
-        figures = out.summary["tenants"].get(t, {})
+        figures = summary["tenants"].get(t, {})
         ratio = figures.get("ttft_p99_vs_isolated")
         if ratio is None or ratio <= MAX_LIGHT_VS_ISOLATED:
             continue
         bound = MAX_LIGHT_VS_ISOLATED * figures["isolated"]["ttft_s"]["p99"]
-        parts = Counter(part_of(r, steps, starts, budget) for r in recs
-                        if r["tenant"] == t and r["first_token_s"] is not None
-                        and r["first_token_s"] - r["arrival_s"] > bound)
+        parts = Counter(part_of(r, steps, starts, budget) for r in requests
+                        if r.tenant == t and r.first_token_s is not None and r.first_token_s - r.arrival_s > bound)
         found.append((t, ratio, over[t] > ABOVE_SHARE, parts))
     return found
 

@@ -4,6 +4,7 @@ import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -21,6 +22,11 @@ def _script():
     return module
 
 
+def _req(arrival_s, scheduled_s, first_token_s, prompt_tokens):
+    return SimpleNamespace(arrival_s=arrival_s, scheduled_s=scheduled_s, first_token_s=first_token_s,
+                           prompt_tokens=prompt_tokens)
+
+
 def _step(start, running=1, max_running=8, prefill=0, usage=0.1):
     return (start, running, max_running, prefill, usage)
 
@@ -29,21 +35,21 @@ def test_the_largest_part_names_a_late_request():
     lm = _script()
     steps = [_step(0.0), _step(1.0), _step(1.1), _step(1.2), _step(1.3)]
     starts = [s[0] for s in steps]
-    rec = {"arrival_s": 0.05, "scheduled_s": 1.0, "first_token_s": 1.1, "prompt_tokens": 100}
+    rec = _req(0.05, 1.0, 1.1, 100)
     assert lm.part_of(rec, steps, starts, 1024) == "step in flight"      # 0.95 s of the step at 0
     full = [_step(0.0), _step(0.1, running=8), _step(0.2, running=8), _step(0.9), _step(1.0)]
-    rec = {"arrival_s": 0.05, "scheduled_s": 0.9, "first_token_s": 1.0, "prompt_tokens": 100}
+    rec = _req(0.05, 0.9, 1.0, 100)
     assert lm.part_of(rec, full, [s[0] for s in full], 1024) == "slots full"
     busy = [_step(0.0), _step(0.1, prefill=900), _step(0.2, prefill=900), _step(0.9), _step(1.0)]
     assert lm.part_of(rec, busy, [s[0] for s in busy], 1024) == "prefill budget"
     idle = [_step(0.0), _step(0.1), _step(0.2), _step(0.9), _step(1.0)]
     assert lm.part_of(rec, idle, [s[0] for s in idle], 1024) == "order"
-    rec = {"arrival_s": 0.0, "scheduled_s": 0.1, "first_token_s": 1.0, "prompt_tokens": 100}
+    rec = _req(0.0, 0.1, 1.0, 100)
     idle_starts = [s[0] for s in idle]
     assert lm.part_of(rec, idle, idle_starts, 1024) == "prefill split"      # 3 steps, 1 alone
-    rec["prompt_tokens"] = 3000
+    rec.prompt_tokens = 3000
     assert lm.part_of(rec, idle, idle_starts, 1024) == "prefill as alone"   # 3 steps, 3 alone
-    rec = {"arrival_s": 0.05, "scheduled_s": 0.1, "first_token_s": 0.2, "prompt_tokens": 100}
+    rec = _req(0.05, 0.1, 0.2, 100)
     assert lm.part_of(rec, idle, idle_starts, 1024) == "prefill step"
 
 
