@@ -1,0 +1,126 @@
+"""Which requests ``fair`` shed that the engine would have served in time, on the random
+mixes of ``scripts/outside_acceptance.py`` (or a built-in scenario's seeds).
+
+Each mix runs twice under ``fair``, with the contract's load shedding and with it off (the
+counterfactual of ``evaluation/shedding.py``).  A shed request is *wrongly shed* when, unshed,
+it started within its max wait.  For each (tenant, class) with wrongly shed requests the
+script prints how many were shed and how many of them wrongly, their arrivals, the forecast
+wait they were shed for (from the ``overloaded`` reason) against the max wait, and their
+waits unshed.  Each wrongly shed request is put in one kind:
+
+* ``arrivals end``: the workload's last arrival came within its max wait, so the load the
+  forecast extrapolated could stop before its wait was over;
+* ``just over``: else its forecast was at most ``JUST_OVER`` x its max wait;
+* ``well over``: the rest.
+
+The summary counts the mixes whose shedding precision is under the acceptance minimum and
+their wrongly shed requests by kind.
+
+    python scripts/shed_misses.py [--seeds 0-59] [--scenario NAME] [--profile NAME]
+"""
+import argparse
+import re
+from collections import Counter
+from typing import Final
+
+from tokenfair.contracts.contract import Contract
+from tokenfair.core.costmodel import Profile, load_profile
+from tokenfair.evaluation.acceptance import MIN_SHED_PRECISION
+from tokenfair.evaluation.shedding import shed, waited_past, without_shedding
+from tokenfair.sim.simulate import simulate
+from tokenfair.workloads.random_mix import random_mix, seed_range
+from tokenfair.workloads.scenarios import SCENARIOS, build_scenario
+from tokenfair.workloads.workload import Workload
+
+JUST_OVER: Final = 1.25           # a forecast up to this many times the max wait: just over it
+# the forecast in an ``overloaded`` reason (sched/fair/forecast.py, WaitForecaster.shed_reason)
+FORECAST: Final = re.compile(r"predicted wait ([0-9.]+)s")
+
+
+def forecast_of(reason: str) -> float:
+    """The forecast wait an ``overloaded`` reason gives."""
+    m = FORECAST.search(reason)
+    if m is None:
+        raise ValueError(f"no forecast in the reason {reason!r}")
+    return float(m[1])
+
+
+def kind_of(arrival_s: float, forecast_s: float, max_wait_s: float, last_arrival_s: float) -> str:
+    """The kind of a wrongly shed request (module docstring)."""
+    if arrival_s + max_wait_s > last_arrival_s:
+        return "arrivals end"
+    return "just over" if forecast_s <= JUST_OVER * max_wait_s else "well over"
+
+
+def shed_groups(wl: Workload, contract: Contract, profile: Profile) -> tuple[int, int, dict[tuple[str, str], list]]:
+    """(shed, of them waited past their max wait unshed, (tenant, class) -> [(arrival,
+    forecast, unshed wait, max wait, waited past unshed)] of every shed request)."""
+    on = simulate(wl, "fair", contract, profile, isolated=False).records
+    off = {r["request_id"]: r for r in simulate(wl, "fair", without_shedding(contract), profile,
+                                                 isolated=False).records}
+    groups: dict[tuple[str, str], list] = {}
+    num_shed = num_late = 0
+    for r in on:
+        if not shed(r):
+            continue
+        u = off[r["request_id"]]
+        end = u["scheduled_s"] if u["scheduled_s"] is not None else u["finish_s"]
+        late = waited_past(u)
+        num_shed += 1
+        num_late += late
+        groups.setdefault((r["tenant"], r["class"]), []).append(
+            (r["arrival_s"], forecast_of(r["reason"]), None if end is None else end - r["arrival_s"],
+             r["max_wait_s"], late))
+    return num_shed, num_late, groups
+
+
+def _range(values: list[float]) -> str:
+    return f"{min(values):.1f}-{max(values):.1f}"
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        return seed_range(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=_seeds, default="0-59", help="a seed or a range LO-HI")
+    ap.add_argument("--scenario", default=None, choices=SCENARIOS,
+                    help="a built-in scenario's seeds instead of the random mixes")
+    ap.add_argument("--profile", default=None)
+    a = ap.parse_args()
+    profile = load_profile(a.profile)
+    kinds: Counter[str] = Counter()
+    missed = []
+    for seed in a.seeds:
+        wl, contract = build_scenario(a.scenario, seed) if a.scenario else random_mix(seed)[:2]
+        num_shed, num_late, groups = shed_groups(wl, contract, profile)
+        if num_late == num_shed:
+            continue
+        last = max(r.arrival_s for r in wl.rows)
+        precision = num_late / num_shed
+        mine = Counter(kind_of(x[0], x[1], x[3], last) for xs in groups.values() for x in xs if not x[4])
+        print(f"seed {seed}: shed {num_shed}, precision {precision:.0%}, last arrival {last:.1f} s; wrongly shed: "
+              + ", ".join(f"{kind} {k}" for kind, k in mine.most_common()), flush=True)
+        for (tenant, klass), xs in groups.items():
+            wrong = [x for x in xs if not x[4]]
+            if not wrong:
+                continue
+            print(f"  {tenant} {klass} (max wait {wrong[0][3]:g} s): {len(wrong)} of {len(xs)} shed wrongly; "
+                  f"arrivals {_range([x[0] for x in wrong])} s, forecast {_range([x[1] for x in wrong])} s, "
+                  f"unshed wait {_range([x[2] for x in wrong])} s")
+        if precision < MIN_SHED_PRECISION:
+            missed.append(seed)
+            kinds.update(mine)
+    n = sum(kinds.values())
+    print(f"\n{len(missed)} seeds with shedding precision under {MIN_SHED_PRECISION:.0%}"
+          f"{': ' + ', '.join(map(str, missed)) if missed else ''}; their {n} wrongly shed requests by kind:")
+    for kind, k in kinds.most_common():
+        print(f"  {kind}: {k} ({k / n:.0%})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""``scripts/shed_misses.py``: which shed requests the engine would have served in time."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tokenfair.core.costmodel import load_profile
+from tokenfair.workloads.random_mix import random_mix
+
+SCRIPT = Path(__file__).parent.parent / "scripts" / "shed_misses.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("shed_misses", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_wrongly_shed_request_is_put_in_one_kind():
+    sm = _script()
+    # (arrival, forecast, max wait, last arrival)
+    assert sm.kind_of(100.0, 900.0, 300.0, 350.0) == "arrivals end"     # 100 + 300 > 350
+    assert sm.kind_of(100.0, 36.0, 30.0, 350.0) == "just over"          # 36 <= 1.25 x 30
+    assert sm.kind_of(100.0, 40.0, 30.0, 350.0) == "well over"
+
+
+def test_the_forecast_is_read_from_a_real_shedding_reason():
+    sm = _script()
+    wl, contract, _ = random_mix(163)
+    num_shed, num_late, groups = sm.shed_groups(wl, contract, load_profile(None))
+    entries = [x for xs in groups.values() for x in xs]
+    assert num_shed == len(entries) > 0 and 0 <= num_late <= num_shed
+    margin = contract.admission.shed_margin
+    for arrival, forecast, unshed_wait, max_wait, late in entries:
+        assert forecast > margin * max_wait                 # shed: the forecast was over the limit
+        # waited past its max wait unshed exactly when its unshed wait says so
+        assert late == (unshed_wait is None or unshed_wait > max_wait)
+    with pytest.raises(ValueError, match="no forecast"):
+        sm.forecast_of("queue full")
+
+
+def test_the_script_refuses_bad_arguments_with_exit_2():
+    for args in (["--seeds", "5-2"], ["--seeds", "x"], ["--scenario", "nope"]):
+        res = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True)
+        assert res.returncode == 2 and args[0] in res.stderr, (args, res.stderr)
