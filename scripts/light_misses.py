@@ -42,7 +42,7 @@ from tokenfair.sched.registry import make_policy
 from tokenfair.sched.scheduler import IterationScheduler
 from tokenfair.sim.engine import RowFedEngine, SimEngine
 from tokenfair.sim.simulate import run_summary
-from tokenfair.workloads.random_mix import random_mix, seed_range
+from tokenfair.workloads.random_mix import random_mix, seed_range_arg
 from tokenfair.workloads.scenarios import SCENARIOS, build_scenario
 from tokenfair.workloads.workload import Workload
 
@@ -165,16 +165,9 @@ def misses(wl: Workload, contract: Contract, light: tuple[str, ...], profile: Pr
     return found
 
 
-def _seeds(text: str) -> list[int]:
-    try:
-        return seed_range(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=_seeds, default="0-59", help="a seed or a range LO-HI")
+    ap.add_argument("--seeds", type=seed_range_arg, default="0-59", help="a seed or a range LO-HI")
     ap.add_argument("--scenario", default=None, choices=SCENARIOS,
                     help="a built-in scenario's seeds instead of the random mixes")
     ap.add_argument("--window-s", type=float, default=20.0)

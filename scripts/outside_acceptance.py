@@ -10,14 +10,7 @@ from collections import Counter
 
 from tokenfair.core.costmodel import load_profile
 from tokenfair.evaluation.acceptance import evaluate_workload
-from tokenfair.workloads.random_mix import random_mix, seed_range
-
-
-def _seeds(text: str) -> list[int]:
-    try:
-        return seed_range(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+from tokenfair.workloads.random_mix import random_mix, seed_range_arg
 
 
 def _detail(name: str, failed: list) -> str:
@@ -31,7 +24,7 @@ def _detail(name: str, failed: list) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seeds", type=_seeds, default="0-59", help="a seed or a range LO-HI")
+    ap.add_argument("--seeds", type=seed_range_arg, default="0-59", help="a seed or a range LO-HI")
     ap.add_argument("--profile", default=None)
     a = ap.parse_args()
     prof = load_profile(a.profile)

@@ -28,7 +28,7 @@ from tokenfair.core.costmodel import Profile, load_profile
 from tokenfair.evaluation.acceptance import MIN_SHED_PRECISION
 from tokenfair.evaluation.shedding import shed, waited_past, without_shedding
 from tokenfair.sim.simulate import simulate
-from tokenfair.workloads.random_mix import random_mix, seed_range
+from tokenfair.workloads.random_mix import random_mix, seed_range_arg
 from tokenfair.workloads.scenarios import SCENARIOS, build_scenario
 from tokenfair.workloads.workload import Workload
 
@@ -78,16 +78,9 @@ def _range(values: list[float]) -> str:
     return f"{min(values):.1f}-{max(values):.1f}"
 
 
-def _seeds(text: str) -> list[int]:
-    try:
-        return seed_range(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=_seeds, default="0-59", help="a seed or a range LO-HI")
+    ap.add_argument("--seeds", type=seed_range_arg, default="0-59", help="a seed or a range LO-HI")
     ap.add_argument("--scenario", default=None, choices=SCENARIOS,
                     help="a built-in scenario's seeds instead of the random mixes")
     ap.add_argument("--profile", default=None)

@@ -1,6 +1,5 @@
 """``scripts/light_misses.py``: where a light tenant's late first tokens come from."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -12,14 +11,13 @@ from tokenfair.core.costmodel import load_profile
 from tokenfair.sim.simulate import simulate
 from tokenfair.workloads.random_mix import random_mix
 
+from module_file import load_module_file
+
 SCRIPT = Path(__file__).parent.parent / "scripts" / "light_misses.py"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("light_misses", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module_file(SCRIPT, "light_misses")
 
 
 def _req(arrival_s, scheduled_s, first_token_s, prompt_tokens):

@@ -2,7 +2,6 @@
 on a built-in scenario with every request ending once, fast-forwards exactly, and does what
 it says -- the chat tenant of ``hol`` no longer waits behind the document prompts."""
 
-import importlib.util
 from pathlib import Path
 
 from tokenfair.core.costmodel import load_profile
@@ -11,15 +10,14 @@ from tokenfair.workloads.scenarios import build_scenario
 from tokenfair.sched.registry import make_policy, policy_names
 from tokenfair.sim.simulate import simulate, simulate_once
 
+from module_file import load_module_file
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "policies" / "least_served.py"
 
 
 def _load_example():
-    spec = importlib.util.spec_from_file_location("least_served_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module_file(EXAMPLE, "least_served_example")
 
 
 def test_the_docs_show_the_example_file_as_it_is():

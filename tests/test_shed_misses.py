@@ -1,6 +1,5 @@
 """``scripts/shed_misses.py``: which shed requests the engine would have served in time."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -10,14 +9,13 @@ import pytest
 from tokenfair.core.costmodel import load_profile
 from tokenfair.workloads.random_mix import random_mix
 
+from module_file import load_module_file
+
 SCRIPT = Path(__file__).parent.parent / "scripts" / "shed_misses.py"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("shed_misses", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module_file(SCRIPT, "shed_misses")
 
 
 def test_a_wrongly_shed_request_is_put_in_one_kind():

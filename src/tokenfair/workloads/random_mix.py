@@ -19,6 +19,7 @@ tokens asked: the fair policy protects their latency.
 
 from __future__ import annotations
 
+import argparse
 from typing import Final
 
 import numpy as np
@@ -96,3 +97,11 @@ def seed_range(text: str) -> list[int]:
     if first < 0 or last < first:
         raise ValueError(f"{text!r}: give LO-HI with 0 <= LO <= HI (e.g. 0-59)")
     return list(range(first, last + 1))
+
+
+def seed_range_arg(text: str) -> list[int]:
+    """:func:`seed_range` as an argparse ``type``: a bad range is a usage error (exit 2)."""
+    try:
+        return seed_range(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
