@@ -21,13 +21,12 @@ their wrongly shed requests by kind.
 import argparse
 import re
 from collections import Counter
-from typing import Final
+from typing import Final, NamedTuple
 
 from tokenfair.contracts.contract import Contract
 from tokenfair.core.costmodel import Profile, load_profile
 from tokenfair.evaluation.acceptance import MIN_SHED_PRECISION
-from tokenfair.evaluation.shedding import shed, waited_past, without_shedding
-from tokenfair.sim.simulate import simulate
+from tokenfair.evaluation.shedding import runs_on_off, shed, wait_s, waited_past
 from tokenfair.workloads.random_mix import random_mix, seed_range_arg
 from tokenfair.workloads.scenarios import SCENARIOS, build_scenario
 from tokenfair.workloads.workload import Workload
@@ -35,6 +34,15 @@ from tokenfair.workloads.workload import Workload
 JUST_OVER: Final = 1.25           # a forecast up to this many times the max wait: just over it
 # the forecast in an ``overloaded`` reason (sched/fair/forecast.py, WaitForecaster.shed_reason)
 FORECAST: Final = re.compile(r"predicted wait ([0-9.]+)s")
+
+
+class Shed(NamedTuple):
+    """One shed request, and what it did with shedding off."""
+    arrival_s: float
+    forecast_s: float                 # the wait it was shed for
+    unshed_wait_s: float | None       # with shedding off (None: it never ran nor ended)
+    max_wait_s: float
+    late: bool                        # with shedding off it waited past its max wait
 
 
 def forecast_of(reason: str) -> float:
@@ -52,26 +60,19 @@ def kind_of(arrival_s: float, forecast_s: float, max_wait_s: float, last_arrival
     return "just over" if forecast_s <= JUST_OVER * max_wait_s else "well over"
 
 
-def shed_groups(wl: Workload, contract: Contract, profile: Profile) -> tuple[int, int, dict[tuple[str, str], list]]:
-    """(shed, of them waited past their max wait unshed, (tenant, class) -> [(arrival,
-    forecast, unshed wait, max wait, waited past unshed)] of every shed request)."""
-    on = simulate(wl, "fair", contract, profile, isolated=False).records
-    off = {r["request_id"]: r for r in simulate(wl, "fair", without_shedding(contract), profile,
-                                                 isolated=False).records}
-    groups: dict[tuple[str, str], list] = {}
-    num_shed = num_late = 0
-    for r in on:
-        if not shed(r):
-            continue
-        u = off[r["request_id"]]
-        end = u["scheduled_s"] if u["scheduled_s"] is not None else u["finish_s"]
-        late = waited_past(u)
-        num_shed += 1
-        num_late += late
-        groups.setdefault((r["tenant"], r["class"]), []).append(
-            (r["arrival_s"], forecast_of(r["reason"]), None if end is None else end - r["arrival_s"],
-             r["max_wait_s"], late))
-    return num_shed, num_late, groups
+def shed_groups(wl: Workload, contract: Contract,
+                profile: Profile) -> tuple[int, int, dict[tuple[str, str], list[Shed]]]:
+    """(shed, of them waited past their max wait unshed, (tenant, class) -> its shed requests)."""
+    runs = runs_on_off(wl, contract, profile)
+    off = {r["request_id"]: r for r in runs["off"].records}
+    groups: dict[tuple[str, str], list[Shed]] = {}
+    for r in runs["on"].records:
+        if shed(r):
+            u = off[r["request_id"]]
+            groups.setdefault((r["tenant"], r["class"]), []).append(
+                Shed(r["arrival_s"], forecast_of(r["reason"]), wait_s(u), r["max_wait_s"], waited_past(u)))
+    entries = [x for xs in groups.values() for x in xs]
+    return len(entries), sum(x.late for x in entries), groups
 
 
 def _range(values: list[float]) -> str:
@@ -95,16 +96,18 @@ def main() -> None:
             continue
         last = max(r.arrival_s for r in wl.rows)
         precision = num_late / num_shed
-        mine = Counter(kind_of(x[0], x[1], x[3], last) for xs in groups.values() for x in xs if not x[4])
+        mine = Counter(kind_of(x.arrival_s, x.forecast_s, x.max_wait_s, last)
+                       for xs in groups.values() for x in xs if not x.late)
         print(f"seed {seed}: shed {num_shed}, precision {precision:.0%}, last arrival {last:.1f} s; wrongly shed: "
               + ", ".join(f"{kind} {k}" for kind, k in mine.most_common()), flush=True)
         for (tenant, klass), xs in groups.items():
-            wrong = [x for x in xs if not x[4]]
+            wrong = [x for x in xs if not x.late]
             if not wrong:
                 continue
-            print(f"  {tenant} {klass} (max wait {wrong[0][3]:g} s): {len(wrong)} of {len(xs)} shed wrongly; "
-                  f"arrivals {_range([x[0] for x in wrong])} s, forecast {_range([x[1] for x in wrong])} s, "
-                  f"unshed wait {_range([x[2] for x in wrong])} s")
+            print(f"  {tenant} {klass} (max wait {wrong[0].max_wait_s:g} s): {len(wrong)} of {len(xs)} shed wrongly; "
+                  f"arrivals {_range([x.arrival_s for x in wrong])} s, "
+                  f"forecast {_range([x.forecast_s for x in wrong])} s, "
+                  f"unshed wait {_range([x.unshed_wait_s for x in wrong])} s")
         if precision < MIN_SHED_PRECISION:
             missed.append(seed)
             kinds.update(mine)

@@ -24,12 +24,18 @@ from ..workloads.workload import Workload
 SHED_REASON = ReasonCode.OVERLOADED
 
 
+def wait_s(rec: dict) -> float | None:
+    """Its wait: admission, or its end if it never ran, minus arrival (None: neither)."""
+    end = rec["scheduled_s"] if rec["scheduled_s"] is not None else rec["finish_s"]
+    return None if end is None else end - rec["arrival_s"]
+
+
 def waited_past(rec: dict) -> bool:
     limit = rec["max_wait_s"]
     if limit is None:
         return False
-    end = rec["scheduled_s"] if rec["scheduled_s"] is not None else rec["finish_s"]
-    return end is None or end - rec["arrival_s"] > limit
+    wait = wait_s(rec)
+    return wait is None or wait > limit
 
 
 def shed(rec: dict) -> bool:
@@ -64,12 +70,18 @@ def without_shedding(contract: Contract) -> Contract:
     return contract.model_copy(update={"admission": adm})
 
 
+def runs_on_off(workload: Workload, contract: Contract, profile: Profile, policy: str = "fair") -> dict:
+    """``policy`` on ``workload`` with shedding as the contract says (``"on"``) and off
+    (``"off"``): label -> ``simulate``'s output, without isolated baselines."""
+    from ..sim.simulate import simulate
+    return {label: simulate(workload, policy, c, profile, isolated=False)
+            for label, c in (("on", contract), ("off", without_shedding(contract)))}
+
+
 def bench_shedding(workload: Workload, contract: Contract, profile: Profile, policy: str = "fair") -> dict:
     """Both runs of ``policy`` (shedding as the contract says, and off) and the scores."""
-    from ..sim.simulate import simulate
     runs = {}
-    for label, c in (("on", contract), ("off", without_shedding(contract))):
-        res = simulate(workload, policy, c, profile, isolated=False)
+    for label, res in runs_on_off(workload, contract, profile, policy).items():
         s = res.summary
         runs[label] = (res.records, {"finished_tokens": s["finished_tokens"],
                                      "in_time_tokens": s["goodput"]["in_time_tokens"],
