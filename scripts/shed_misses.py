@@ -5,12 +5,13 @@ Each mix runs twice under ``fair``, with the contract's load shedding and with i
 counterfactual of ``evaluation/shedding.py``).  A shed request is *wrongly shed* when, unshed,
 it started within its max wait.  For each (tenant, class) with wrongly shed requests the
 script prints how many were shed and how many of them wrongly, their arrivals, the forecast
-wait they were shed for (from the ``overloaded`` reason) against the max wait, and their
-waits unshed.  Each wrongly shed request is put in one kind:
+wait they were shed for against the limit it exceeded (both from the ``overloaded`` reason:
+at arrival, the max wait; at the queue's review, the rest of it, ``sched/fair/review.py``),
+and their waits unshed.  Each wrongly shed request is put in one kind:
 
-* ``arrivals end``: the workload's last arrival came within its max wait, so the load the
-  forecast extrapolated could stop before its wait was over;
-* ``just over``: else its forecast was at most ``JUST_OVER`` x its max wait;
+* ``arrivals end``: the workload's last arrival came after it was shed and within its max
+  wait, so the load the forecast extrapolated could stop before its wait was over;
+* ``just over``: else its forecast was at most ``JUST_OVER`` x its limit;
 * ``well over``: the rest.
 
 The summary counts the mixes whose shedding precision is under the acceptance minimum and
@@ -31,33 +32,36 @@ from tokenfair.workloads.random_mix import random_mix, seed_range_arg
 from tokenfair.workloads.scenarios import SCENARIOS, build_scenario
 from tokenfair.workloads.workload import Workload
 
-JUST_OVER: Final = 1.25           # a forecast up to this many times the max wait: just over it
-# the forecast in an ``overloaded`` reason (sched/fair/forecast.py, WaitForecaster.shed_reason)
-FORECAST: Final = re.compile(r"predicted wait ([0-9.]+)s")
+JUST_OVER: Final = 1.25           # a forecast up to this many times its limit: just over it
+# the forecast and its limit in an ``overloaded`` reason (sched/fair/forecast.py,
+# WaitForecaster.shed_reason; sched/fair/review.py, QueueReview.judge)
+FORECAST: Final = re.compile(r"predicted wait ([0-9.]+)s(?: more)? exceeds ([0-9.]+)s")
 
 
 class Shed(NamedTuple):
     """One shed request, and what it did with shedding off."""
     arrival_s: float
+    shed_s: float                     # when it was shed (its arrival, or its review)
     forecast_s: float                 # the wait it was shed for
+    limit_s: float                    # what that forecast exceeded
     unshed_wait_s: float | None       # with shedding off (None: it never ran nor ended)
     max_wait_s: float
     late: bool                        # with shedding off it waited past its max wait
 
 
-def forecast_of(reason: str) -> float:
-    """The forecast wait an ``overloaded`` reason gives."""
+def forecast_of(reason: str) -> tuple[float, float]:
+    """The forecast wait an ``overloaded`` reason gives, and the limit it exceeded."""
     m = FORECAST.search(reason)
     if m is None:
         raise ValueError(f"no forecast in the reason {reason!r}")
-    return float(m[1])
+    return float(m[1]), float(m[2])
 
 
-def kind_of(arrival_s: float, forecast_s: float, max_wait_s: float, last_arrival_s: float) -> str:
+def kind_of(x: Shed, last_arrival_s: float) -> str:
     """The kind of a wrongly shed request (module docstring)."""
-    if arrival_s + max_wait_s > last_arrival_s:
+    if x.shed_s <= last_arrival_s < x.arrival_s + x.max_wait_s:
         return "arrivals end"
-    return "just over" if forecast_s <= JUST_OVER * max_wait_s else "well over"
+    return "just over" if x.forecast_s <= JUST_OVER * x.limit_s else "well over"
 
 
 def shed_groups(wl: Workload, contract: Contract,
@@ -70,7 +74,8 @@ def shed_groups(wl: Workload, contract: Contract,
         if shed(r):
             u = off[r["request_id"]]
             groups.setdefault((r["tenant"], r["class"]), []).append(
-                Shed(r["arrival_s"], forecast_of(r["reason"]), wait_s(u), r["max_wait_s"], waited_past(u)))
+                Shed(r["arrival_s"], r["finish_s"], *forecast_of(r["reason"]), wait_s(u), r["max_wait_s"],
+                     waited_past(u)))
     entries = [x for xs in groups.values() for x in xs]
     return len(entries), sum(x.late for x in entries), groups
 
@@ -96,8 +101,7 @@ def main() -> None:
             continue
         last = max(r.arrival_s for r in wl.rows)
         precision = num_late / num_shed
-        mine = Counter(kind_of(x.arrival_s, x.forecast_s, x.max_wait_s, last)
-                       for xs in groups.values() for x in xs if not x.late)
+        mine = Counter(kind_of(x, last) for xs in groups.values() for x in xs if not x.late)
         print(f"seed {seed}: shed {num_shed}, precision {precision:.0%}, last arrival {last:.1f} s; wrongly shed: "
               + ", ".join(f"{kind} {k}" for kind, k in mine.most_common()), flush=True)
         for (tenant, klass), xs in groups.items():
@@ -106,7 +110,7 @@ def main() -> None:
                 continue
             print(f"  {tenant} {klass} (max wait {wrong[0].max_wait_s:g} s): {len(wrong)} of {len(xs)} shed wrongly; "
                   f"arrivals {_range([x.arrival_s for x in wrong])} s, "
-                  f"forecast {_range([x.forecast_s for x in wrong])} s, "
+                  f"forecast {_range([x.forecast_s for x in wrong])} s against {_range([x.limit_s for x in wrong])} s, "
                   f"unshed wait {_range([x.unshed_wait_s for x in wrong])} s")
         if precision < MIN_SHED_PRECISION:
             missed.append(seed)

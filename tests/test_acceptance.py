@@ -49,9 +49,10 @@ def test_shedding_is_precise_wherever_fair_sheds(results, name):
     c = _crit(results[name], "shedding precision")
     assert c.passed, c
     shed = results[name]["shedding"]
-    # burst-long's docs wait up to 120 s, further ahead than the burst's spell can show
-    # (forecast.py, Look-ahead): they are queued, not shed
-    assert (shed["shed"] > 0) == (name in ("whale", "flood", "many-light"))
+    # burst-long's docs may wait 120 s, further ahead than a forecast looks at arrival
+    # (forecast.py, Horizon): they are queued, and those that cannot make it leave the
+    # queue a minute before their max wait (review.py)
+    assert (shed["shed"] > 0) == (name in ("whale", "flood", "many-light", "burst-long"))
 
 
 @pytest.mark.parametrize("name", sorted(LIGHT))
@@ -74,12 +75,13 @@ def test_whale_and_many_light_fairness_is_measured(results):
 def test_burst_long_queues_the_burst(results):
     s = results["burst-long"]["summaries"]["fair"]
     docs = s["tenants"]["docs"]
-    # the burst's spell is seconds long and its max wait 120 s: nothing is refused
-    # (forecast.py, Look-ahead); every prompt is served, most within the max wait (124 of
-    # 206 here, vtc 132; the rest start late, as under fifo and vtc)
-    assert results["burst-long"]["shedding"]["shed"] == 0
-    assert docs["status"] == {"finished": docs["requests"]}
-    assert docs["requests"] - s["overdue_requests"] >= 120
+    # the burst's max wait is 120 s: nothing is refused at arrival (forecast.py, Horizon);
+    # a minute before its max wait a prompt that cannot make it leaves the queue (review.py:
+    # 75 of the 206 here, every one late unshed), and the rest are served, all but 4 in time
+    shed = results["burst-long"]["shedding"]
+    assert s["outcomes"] == {"expired": {"overloaded": shed["shed"]}} and shed["precision"] >= 0.95
+    assert docs["status"] == {"finished": docs["requests"] - shed["shed"], "expired": shed["shed"]}
+    assert docs["requests"] - shed["shed"] - s["overdue_requests"] >= 120      # 127
 
 
 def test_flood_low_class_finishes_and_gets_its_min_share(results):

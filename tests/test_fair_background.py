@@ -47,8 +47,7 @@ def _req(name: str, tpot: float | None, computed: int = 0) -> Request:
 def _part(waiting_tpot: bool = False) -> BackgroundPrefill:
     """The part over a waiting queue whose one backlogged tenant waits in the stream class
     (``waiting_tpot``: it has a TPOT SLO) or in the bulk class."""
-    queue = WaitingQueue(SLACK, "edf", 16, RequestCost(SLACK.costs), VirtualTimeWFQ(credit=100.0), {},
-                         lambda r: 0.0)
+    queue = WaitingQueue(SLACK, "edf", 16, RequestCost(SLACK.costs), VirtualTimeWFQ(credit=100.0), {})
     tenant = TenantState("x", SLACK.tenant("x"), 0.0, held={})
     tenant.queued_cost["stream" if waiting_tpot else "bulk"] = 500.0
     queue.backlogged["x"] = tenant

@@ -9,8 +9,7 @@ from tokenfair.core.kv import BlockPool
 from tokenfair.core.reasons import ReasonCode
 from tokenfair.core.request import Request, Status
 from tokenfair.sched.fair.admission import AdmissionControl
-from tokenfair.sched.fair.class_queue import ClassQueue, best_head
-from tokenfair.sched.fair.ordering import LazyHeap, order_key
+from tokenfair.sched.fair.ordering import LazyHeap, best_head, order_key
 from tokenfair.sched.fair.preemption import PreemptionPolicy
 from tokenfair.sched.fair.tenant import TenantState
 
@@ -79,10 +78,10 @@ def test_order_puts_earlier_virtual_deadlines_first_and_skips_stale_entries():
     late.status = Status.RUNNING
     assert heap.top() is None and len(heap) == 0
     hi, lo = _req("hi", 2, priority=5.0), _req("lo", 3, priority=1.0, aging_rate=1.0)
-    queues = {"x": ClassQueue(True, lambda r: 0.0), "y": ClassQueue(True, lambda r: 0.0)}
+    queues = {"x": LazyHeap(), "y": LazyHeap()}
     queues["x"].push(order_key(hi, 5.0, 16), hi)
     queues["y"].push(order_key(lo, 1.0, 16), lo)
-    assert best_head(queues, 0.0, 0.0) is hi and best_head(queues, 10.0, 0.0) is lo   # aging lifts the low one
+    assert best_head(queues, 0.0) is hi and best_head(queues, 10.0) is lo   # aging lifts the low one
 
 
 def test_preemption_orders_victims_and_weighs_recovery():

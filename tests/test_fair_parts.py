@@ -54,8 +54,7 @@ class Parts:
         self.roster = TenantRoster(contract, self.pool.held, self.admission, self.guarantee)
         class_min = {"reserved": 0.2}
         self.step_time = StepTimer(0.02)
-        self.queue = WaitingQueue(contract, "edf", 16, self.costs, self.wfq, class_min,
-                                  lambda r: self.step_time.ewma_s)
+        self.queue = WaitingQueue(contract, "edf", 16, self.costs, self.wfq, class_min)
         self.meter = ShareMeter(contract, self.roster, TAU_S, list(class_min))
         self.headroom = Headroom(contract, self.pool, self.roster, self.wfq)
         self.slos = DecodeSLOs()
@@ -172,7 +171,7 @@ def test_fifo_queue_orders_by_arrival_and_edf_by_deadline():
         urgent.enqueued_s = 1.0
         for r in (early, urgent):
             p.queue.push(r, a, 1.0, 0.0)
-        assert a.queues["batch"].head(1.0, a.backlogged_since)[-1].request_id == first
+        assert a.queues["batch"].top()[-1].request_id == first
 
 
 def test_share_meter_records_decays_and_finds_the_light():

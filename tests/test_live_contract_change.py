@@ -115,7 +115,7 @@ class SwitchingEngine:
     def all_requests(self):
         p = self.sched.policy
         if hasattr(p, "tenants") and isinstance(p.tenants, dict):
-            return [e[-1] for t in p.tenants.values() for q in t.queues.values() for e in q.entries() if live(e)]
+            return [e[-1] for t in p.tenants.values() for q in t.queues.values() for e in q.h if live(e)]
         return []
 
 
@@ -147,11 +147,11 @@ def check_derived(p, new) -> None:
     assert {t.name for t in p.admission.owners} == {t.name for t in ts if p.admission.reserved_slots(t) > 0}
     assert set(queue.class_heaps) == set(queue.class_min) == set(queue.class_waiting) == set(meter.class_recent)
     for k, h in queue.class_heaps.items():
-        queued = {id(e[-1]) for t in ts if k in t.queues for e in t.queues[k].entries() if live(e)}
+        queued = {id(e[-1]) for t in ts if k in t.queues for e in t.queues[k].h if live(e)}
         assert {id(e[-1]) for e in h.h if live(e)} == queued and queue.class_waiting[k] == len(queued)
     for t in ts:
         for k, q in t.queues.items():
-            assert t.queued_cost.get(k, 0.0) == pytest.approx(sum(p.costs.predicted(e[-1]) for e in q.entries() if live(e)))
+            assert t.queued_cost.get(k, 0.0) == pytest.approx(sum(p.costs.predicted(e[-1]) for e in q.h if live(e)))
 
 
 def run_switch(policy: str, new: dict, at: int, trace=None):

@@ -20,10 +20,14 @@ def _script():
 
 def test_a_wrongly_shed_request_is_put_in_one_kind():
     sm = _script()
-    # (arrival, forecast, max wait, last arrival)
-    assert sm.kind_of(100.0, 900.0, 300.0, 350.0) == "arrivals end"     # 100 + 300 > 350
-    assert sm.kind_of(100.0, 36.0, 30.0, 350.0) == "just over"          # 36 <= 1.25 x 30
-    assert sm.kind_of(100.0, 40.0, 30.0, 350.0) == "well over"
+    # Shed(arrival, shed at, forecast, limit, unshed wait, max wait, late); the last arrival at 350 s
+    assert sm.kind_of(sm.Shed(100.0, 100.0, 900.0, 300.0, 250.0, 300.0, False), 350.0) == "arrivals end"  # 100 + 300 > 350
+    assert sm.kind_of(sm.Shed(100.0, 100.0, 36.0, 30.0, 25.0, 30.0, False), 350.0) == "just over"  # 36 <= 1.25 x 30
+    assert sm.kind_of(sm.Shed(100.0, 100.0, 40.0, 30.0, 25.0, 30.0, False), 350.0) == "well over"
+    # reviewed in the queue at 340 s, before the last arrival: the forecast is of the rest of
+    # the wait, against the minute left; reviewed at 360 s, after it
+    assert sm.kind_of(sm.Shed(100.0, 340.0, 70.0, 60.0, 290.0, 300.0, False), 350.0) == "arrivals end"
+    assert sm.kind_of(sm.Shed(120.0, 360.0, 70.0, 60.0, 290.0, 300.0, False), 350.0) == "just over"
 
 
 def test_the_forecast_is_read_from_a_real_shedding_reason():
@@ -33,12 +37,15 @@ def test_the_forecast_is_read_from_a_real_shedding_reason():
     entries = [x for xs in groups.values() for x in xs]
     assert num_shed == len(entries) > 0 and 0 <= num_late <= num_shed
     margin = contract.admission.shed_margin
-    for arrival, forecast, unshed_wait, max_wait, late in entries:
-        assert forecast > margin * max_wait                 # shed: the forecast was over the limit
+    for arrival, shed_at, forecast, limit, unshed_wait, max_wait, late in entries:
+        assert shed_at == arrival                           # at arrival (30-60 s classes)
+        assert forecast > limit and limit == round(margin * max_wait, 1)
         # waited past its max wait unshed exactly when its unshed wait says so
         assert late == (unshed_wait is None or unshed_wait > max_wait)
     with pytest.raises(ValueError, match="no forecast"):
         sm.forecast_of("queue full")
+    assert sm.forecast_of("overloaded: queued 240s: predicted wait 75.2s more exceeds 60.0s (class 'batch' "
+                          "max_wait_s 300.0); retry after ~15s") == (75.2, 60.0)
 
 
 def test_the_script_refuses_bad_arguments_with_exit_2():

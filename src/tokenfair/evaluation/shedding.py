@@ -1,7 +1,8 @@
 """The shedding counterfactual: one workload with load shedding on and off.
 
-A request is *shed* when the policy rejected it at arrival for its predicted wait (reason
-code ``overloaded``).  With the same workload, contract (shedding switched off) and profile
+A request is *shed* when the policy refused it for its predicted wait (reason code
+``overloaded``): at arrival (``rejected``) or from the queue (``expired``, fair's review a
+minute before its max wait, ``sched/fair/review.py``).  With the same workload, contract (shedding switched off) and profile
 run again, a shed request *would have waited past its max wait* when, unshed, its wait
 (admission, or its end if it never ran, minus arrival) exceeded its class's ``max_wait_s``.
 
@@ -22,6 +23,7 @@ from ..core.reasons import ReasonCode, code_of
 from ..workloads.workload import Workload
 
 SHED_REASON = ReasonCode.OVERLOADED
+SHED_STATUSES = ("rejected", "expired")       # at arrival, from the queue
 
 
 def wait_s(rec: dict) -> float | None:
@@ -39,7 +41,7 @@ def waited_past(rec: dict) -> bool:
 
 
 def shed(rec: dict) -> bool:
-    return rec["status"] == "rejected" and code_of(rec["reason"]) is SHED_REASON
+    return rec["status"] in SHED_STATUSES and code_of(rec["reason"]) is SHED_REASON
 
 
 def _ratio(num: int, den: int) -> float | None:

@@ -3,6 +3,8 @@ an OpenAI error body and headers) and the terminal-state -> HTTP status tables."
 
 from __future__ import annotations
 
+import re
+
 from fastapi.responses import JSONResponse
 
 from ..core.reasons import ReasonCode as C
@@ -62,8 +64,14 @@ def http_status_of(req: Request) -> int:
     code = req.reason_code
     if req.status is Status.FINISHED:
         return 200
-    if req.status is Status.EXPIRED:
-        return 504
+    if req.status is Status.EXPIRED:               # shed from the queue: throttled, as at the door
+        return 429 if code is C.OVERLOADED else 504
     if req.status is Status.REJECTED:
         return REJECT_STATUS.get(code, 429)
     return FAIL_STATUS.get(code, 500)
+
+
+def retry_hint_s(reason: str) -> float:
+    """The ``retry after ~Ns`` a reason gives (1 s when it gives none)."""
+    m = re.search(r"retry after ~?([0-9.]+)s", reason)
+    return float(m.group(1)) if m else 1.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from ..core.reasons import Reason, ReasonCode
 from ..core.request import Request
-from .errors import ServiceError, http_status_of, retry_header
+from .errors import ServiceError, http_status_of, retry_header, retry_hint_s
 from .kept_prompt import KeptPrompt
 from .openai_schema import ChatCompletionRequest, CompletionRequest
 
@@ -49,7 +50,11 @@ class Failed:
 def failed_event(req: Request) -> Failed:
     status = http_status_of(req)
     code = req.reason_code or ReasonCode.UNSPECIFIED
-    headers = {"retry-after": "1"} if status in (503,) else {}
+    headers: dict[str, str] = {}
+    if status == 503:
+        headers = {"retry-after": "1"}
+    elif status == 429:                         # shed from the queue (fair/review.py)
+        headers = {"retry-after": str(max(1, math.ceil(retry_hint_s(req.reason))))}
     return Failed(status, f"request {req.status.value}: {req.reason}", code, headers)
 
 

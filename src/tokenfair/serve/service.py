@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 import time
 from contextlib import nullcontext
 from typing import Any
@@ -19,7 +18,7 @@ from ..sched.policy import Policy
 from ..workloads.workload import TraceRow
 from .auth import KeyRing
 from .body_precheck import BodyPrechecker
-from .errors import ServiceError, http_status_of
+from .errors import ServiceError, http_status_of, retry_hint_s
 from .jobs import GenRequest, Job, RecordSink
 from .defaults import DEFAULT_MAX_BODY_BYTES
 from .metrics import ServiceMetrics
@@ -88,7 +87,7 @@ class Service:
         headers: dict[str, str] = {}
         if status == 429:
             headers = self.ratelimit_headers(req.tenant, retry_after if retry_after is not None
-                                             else _retry_hint(req.reason))
+                                             else retry_hint_s(req.reason))
         elif status == 503:
             headers = {"retry-after": str(max(1, math.ceil(retry_after or 1)))}
         return ServiceError(status, req.reason, code, param, headers=headers)
@@ -208,7 +207,3 @@ class Service:
         self.prechecker.close()
         self.records.close()
 
-
-def _retry_hint(reason: str) -> float:
-    m = re.search(r"retry after ~?([0-9.]+)s", reason)
-    return float(m.group(1)) if m else 1.0

@@ -1,8 +1,9 @@
 r"""The fair policy's wait forecast for load shedding: work-conserving, so it sheds only
 what really would wait past its max wait.
 
-At a request's arrival, its tenant ``i`` has ``A`` predicted cost queued ahead of it (its
-classes of at least the request's priority).  The engine serves ``C`` cost units per second
+A request of tenant ``i`` has ``A`` predicted cost queued ahead of it: at its arrival, all
+that its tenant has queued in its classes of at least the request's priority; at its review
+in the queue (``review.py``), the same less what of its own class is behind it.  The engine serves ``C`` cost units per second
 (the larger of the measured rate and what a full step serves, per the cost model, with the
 last step's decodes).  Tenants that are not backlogged keep using what they use now, ``u``
 in total (their decayed recent service rate), less what their ``n`` running decodes with a
@@ -31,20 +32,14 @@ forecasts were 6-8% short on ``flood``, and 19-35% of those admitted started lat
 are in predicted cost, so a bias of the length predictor cancels.  O(B log B) for B backlogged
 tenants, once per arrival of a request with a max wait (after the warm-up).
 
-Look-ahead.  Either forecast takes what the tenant has been getting to go on for as long as
-the request may wait: it extrapolates the present ``M`` (the class's max wait) ahead.  A
-request is shed for its forecast only when that horizon reaches at most ``SHED_LOOKAHEAD_S``
-past the spell its tenant has been backlogged (``now - backlogged_since >= M -
-SHED_LOOKAHEAD_S``, ``lookahead.py``): the forecast looks at most a minute further ahead than it has looked
-back.  A class with a max wait of a minute or less sheds as before; over a longer horizon
-the competition may end within the wait -- the streams beside a batch flood stop, a burst
-drains -- and the backlog then drains at the engine's full rate: a batch tenant (max wait
-600 s) flooding beside interactive streams for five minutes is forecast 600-1,300 s, yet
-every one of its 1,708 requests starts within 480 s (``scripts/outside_acceptance.py``, mix
-44); without the look-ahead 1,346 of them would be shed.  A request not shed waits in the
-queue; one that arrived before its tenant's spell reached ``M - SHED_LOOKAHEAD_S`` is a
-burst request to the in-queue order, which serves a burst's requests that can still get
-their first token in time before those that cannot (``class_queue.py``).
+Horizon.  Either forecast takes what the tenant has been getting to go on for as long as
+the request may wait.  So a request is shed at arrival only when its class's max wait ``M``
+is at most ``SHED_LOOKAHEAD_S`` (``L``, a minute); a request of a class with a longer max
+wait is queued, and reviewed at ``M - L`` into its wait (``review.py``), when the rest of
+its wait is at most ``L`` away.  The competition may end within a long wait -- the streams
+beside a batch flood stop, a burst drains -- and the backlog then drains at the engine's
+full rate: a forecast over ``M`` from the first seconds of a burst would shed work that the
+engine does in time.
 """
 
 from __future__ import annotations
@@ -56,7 +51,6 @@ from ...contracts.contract import Contract
 from ...core.reasons import Reason, ReasonCode
 from ...core.request import Request
 from .batching import TPOT_MARGIN
-from .lookahead import spell_allows_shedding
 from .queue import WaitingQueue
 from .shares import ShareMeter
 from .steptime import StepTimer
@@ -64,6 +58,8 @@ from .tenant import TenantState
 from .tpot import DecodeSLOs
 
 MIN_RATE: Final = 1e-9
+# a shedding decision extrapolates the present load at most this far ahead (Horizon)
+SHED_LOOKAHEAD_S: Final = 60.0
 
 
 def gps_drain_s(ahead: float, weight: float, others: list[tuple[float, float]], capacity: float) -> float:
@@ -122,33 +118,40 @@ class WaitForecaster:
         self.decode_cost = decode_cost          # w_d
 
     def shed_reason(self, t: TenantState, req: Request, now: float) -> Reason | None:
-        """Why ``req`` (with a max wait) is shed at arrival: its predicted wait exceeds
-        ``shed_margin`` x its class's max wait and its tenant has been backlogged for at least
-        that max wait less ``SHED_LOOKAHEAD_S`` (module docstring; None: it is not shed; the
-        prediction is kept in ``req.predicted_wait_s``)."""
+        """Why ``req`` (with a max wait) is shed at arrival: its class's max wait is at most
+        ``SHED_LOOKAHEAD_S`` and its predicted wait exceeds ``shed_margin`` x that max wait
+        (module docstring, Horizon; None: it is not shed; the prediction is kept in
+        ``req.predicted_wait_s`` either way)."""
         max_wait_s = req.max_wait_s
         assert max_wait_s is not None
         wait = self.predicted_wait_s(t, req, now)
         req.predicted_wait_s = wait
         limit = self.contract.admission.shed_margin * max_wait_s
-        if wait > limit and spell_allows_shedding(t.backlog_spell_s(now), max_wait_s):
+        if wait > limit and max_wait_s <= SHED_LOOKAHEAD_S:
             return Reason(ReasonCode.OVERLOADED, f"predicted wait {wait:.1f}s exceeds {limit:.1f}s (class "
                           f"{req.klass!r} max_wait_s {req.max_wait_s}); retry after ~{wait - limit:.0f}s")
         return None
 
     def predicted_wait_s(self, t: TenantState, req: Request, now: float) -> float:
-        """The work-conserving forecast of ``req``'s wait: the predicted cost queued ahead of
-        it in its tenant (classes of at least its base priority), drained at what the tenant
-        gets when the capacity the tenants that are not backlogged leave idle is shared by
-        weight among the backlogged ones until each drains -- or at the tenant's measured
-        drain rate, if faster.  O(backlogged tenants)."""
+        """The work-conserving forecast of ``req``'s wait at its arrival: behind the predicted
+        cost its tenant has queued in classes of at least its base priority
+        (:meth:`wait_behind_s`)."""
+        priority = self.base_priority(req)
+        return self.wait_behind_s(t, priority, t.queued_ahead(priority, self.contract.classes), now)
+
+    def base_priority(self, req: Request) -> float:
+        cls = self.contract.classes.get(req.klass)
+        return cls.priority if cls is not None else req.priority
+
+    def wait_behind_s(self, t: TenantState, priority: float, ahead: float, now: float) -> float:
+        """How long ``t`` takes to drain ``ahead`` predicted cost for a request of base
+        ``priority``: at what the tenant gets when the capacity the tenants that are not
+        backlogged leave idle is shared by weight among the backlogged ones until each
+        drains -- or at the tenant's measured drain rate, if faster.  O(backlogged tenants)."""
         meter = self.meter
         rate = meter.service_rate(now)
         if rate is None:
             return 0.0
-        cls = self.contract.classes.get(req.klass)
-        priority = cls.priority if cls is not None else req.priority
-        ahead = t.queued_ahead(priority, self.contract.classes)
         if ahead <= 0:
             return 0.0
         tau = meter.share_tau_s

@@ -6,10 +6,11 @@ Per (tenant, class) a heap ordered by *virtual deadline* (EDF with aging folded 
     key   = (vd, predicted remaining cost, KV blocks needed, seq)
 
 so requests with a contract deadline sooner than the class's wait bound go first (EDF),
-others in arrival order, and predicted remaining tokens and KV cost break ties; a burst's
-requests that can no longer get their first token within the max wait go behind those of
-the burst that still can (``class_queue.py``).  Across a tenant's classes the head with the
-highest effective priority wins (``class_queue.best_head``)::
+others in arrival order, and predicted remaining tokens and KV cost break ties.  A request
+keeps its place whether or not it can still get its first token within the max wait: one
+that cannot is shed from the queue by the review a minute before (``review.py``), not
+passed.  Across a tenant's classes the head with the highest effective priority wins
+(:func:`best_head`)::
 
     effective_priority = base_priority + aging_rate * waiting_s
 
@@ -25,7 +26,7 @@ are dropped when they surface.
 from __future__ import annotations
 
 import heapq
-from typing import Any, Final
+from typing import Any, Callable, Final
 
 from ...core.request import Request, Status
 
@@ -58,10 +59,6 @@ class LazyHeap:
     def push(self, key: Key, req: Request) -> None:
         heapq.heappush(self.h, (*key, req.qtoken, req))
 
-    def push_entry(self, entry: Entry) -> None:
-        """An entry taken from another heap of the same keys (``class_queue.py``)."""
-        heapq.heappush(self.h, entry)
-
     def top(self) -> Entry | None:
         h = self.h
         while h and not live(h[0]):
@@ -70,6 +67,29 @@ class LazyHeap:
 
     def pop(self) -> Entry:
         return heapq.heappop(self.h)
+
+    def cost_before(self, key: Key, cost: Callable[[Request], float]) -> float:
+        """The summed ``cost`` of the live entries whose key is less than ``key``.  The
+        heap's children are never less than their parent, so the walk stops at the first
+        entry on each path that is not less: O(entries less than ``key`` + their children),
+        stale ones included, not O(heap)."""
+        h = self.h
+        n = len(h)
+        total = 0.0
+        stack = [0] if n else []
+        while stack:
+            i = stack.pop()
+            e = h[i]
+            if e[:-2] >= key:
+                continue
+            if live(e):
+                total += cost(e[-1])
+            child = 2 * i + 1
+            if child < n:
+                stack.append(child)
+                if child + 1 < n:
+                    stack.append(child + 1)
+        return total
 
     def front(self, limit: int) -> list[Entry]:
         """Up to ``limit`` entries from the front of the heap's array, live or stale (the
@@ -93,3 +113,20 @@ def virtual_deadline(req: Request, class_priority: float) -> float:
 def order_key(req: Request, class_priority: float, block_size: int) -> tuple[float, int, int, int]:
     remaining = req.num_uncomputed + req.predicted_remaining
     return (virtual_deadline(req, class_priority), remaining, -(-req.num_tokens // block_size), req.seq)
+
+
+def best_head(queues: dict[str, LazyHeap], now: float) -> Request | None:
+    """A tenant's next request: the highest effective priority among its class heads (ties:
+    the sooner virtual deadline, then ``seq``).  O(classes) after each head's lazy pops."""
+    best: Request | None = None
+    best_key: tuple[float, float, int] | None = None
+    for q in queues.values():
+        e = q.top()
+        if e is None:
+            continue
+        r: Request = e[-1]
+        vd: float = e[0]
+        key = (-(r.priority + r.aging_rate * (now - r.enqueued_s)), vd, r.seq)
+        if best_key is None or key < best_key:
+            best, best_key = r, key
+    return best

@@ -9,8 +9,7 @@ from ...core.request import Request
 from .admission import AdmissionControl
 from .costs import RequestCost
 from .guarantee import STARVING_LEAD_CREDITS, ServiceGuarantee
-from .class_queue import best_head
-from .ordering import live
+from .ordering import best_head, live
 from .queue import WaitingQueue
 from .roster import TenantRoster
 from .shares import ShareMeter
@@ -66,8 +65,8 @@ class Picker:
                 return r
         meter = self.meter
         picked = self.wfq.pick(blocked, prefer=lambda x: meter.is_light(x, now),
-                               among=lambda x: _ttft_deadline(best_head(x.queues, now, x.backlogged_since)))
-        return best_head(picked.queues, now, picked.backlogged_since) if picked is not None else None
+                               among=lambda x: _ttft_deadline(best_head(x.queues, now)))
+        return best_head(picked.queues, now) if picked is not None else None
 
     def forced(self, now: float) -> Request | None:
         """A head that must be served next (guarantee.py): an overdue request of a tenant
@@ -94,7 +93,7 @@ class Picker:
         Any of its requests ends its service gap, and the smaller one's room comes sooner
         (the room a forced request waits for is its reservation).  O(1) when the head fits,
         else O(classes x STAND_IN_LOOK)."""
-        head = best_head(t.queues, now, t.backlogged_since)
+        head = best_head(t.queues, now)
         pool = self.admission.pool
         if head is None or pool.blocks_for(head.num_tokens + 1) <= pool.num_free:
             return head
@@ -119,7 +118,7 @@ class Picker:
             if t.num_waiting and t.name not in blocked:
                 gap = t.spec.min_share - t.decayed_recent(now, meter.share_tau_s) / total
                 if gap > best_gap:
-                    best, best_gap = best_head(t.queues, now, t.backlogged_since), gap
+                    best, best_gap = best_head(t.queues, now), gap
         queue = self.queue
         for k, share in queue.class_min.items():
             if queue.class_waiting[k]:

@@ -2,8 +2,9 @@
 
 ``FairPolicy`` is a facade: the mechanics (``sched/scheduler.py``) ask it their questions
 and it routes each to the parts that answer it (``__init__.py`` lists them), in the order
-the parts must see the changes.  At arrival, a request whose predicted wait exceeds its
-class's max wait is shed (``forecast.py``).  ``pick`` order (``picking.py``):
+the parts must see the changes.  A request whose predicted wait exceeds its class's max
+wait is shed: at arrival when that max wait is a minute or less (``forecast.py``), else
+from the queue a minute before it (``review.py``).  ``pick`` order (``picking.py``):
   1. a forced head (``guarantee.py``): a request past its class's max wait, or the head of
      a tenant backlogged with nothing running for its grace, whose tenant is not over its
      fair share (S_i <= V + C / w_i) -- a starving one also while its finish tag is within
@@ -41,6 +42,7 @@ from .headroom import Headroom
 from .picking import Picker
 from .preemption import PreemptionPolicy
 from .queue import WaitingQueue
+from .review import QueueReview
 from .rebind import reclass, retenant
 from .roster import TenantRoster
 from .shaping import BudgetShaper
@@ -76,6 +78,7 @@ class FairPolicy(Policy):
     decode_slos: DecodeSLOs
     step_time: StepTimer
     forecaster: WaitForecaster
+    review: QueueReview
     accounting: Accounting
     shaper: PrefillShaper
     urgency: Urgency
@@ -105,13 +108,13 @@ class FairPolicy(Policy):
         self.tenants = roster.tenants
         class_min = {k: s.min_share for k, s in contract.classes.items() if s.min_share > 0}
         self.step_time = step_time = StepTimer(initial_step_s(profile))
-        self.queue = queue = WaitingQueue(contract, self.order, pool.block_size, costs, wfq, class_min,
-                                          self.time_to_first_token_s)
+        self.queue = queue = WaitingQueue(contract, self.order, pool.block_size, costs, wfq, class_min)
         self.meter = meter = ShareMeter(contract, roster, self.share_tau_s, list(class_min))
         self.headroom = headroom = Headroom(contract, pool, roster, wfq)
         self.decode_slos = slos = DecodeSLOs()
-        self.forecaster = WaitForecaster(contract, meter, queue, prefill_rate(costs, profile, full), step_time,
-                                         slos, costs.wd)
+        self.forecaster = forecaster = WaitForecaster(contract, meter, queue, prefill_rate(costs, profile, full),
+                                                      step_time, slos, costs.wd)
+        self.review = QueueReview(contract, roster.tenants, forecaster, costs)
         self.accounting = Accounting(contract, costs, wfq, roster, meter, headroom, slos, step_time)
         self.background = background = BackgroundPrefill(queue)
         self.shaper = PrefillShaper(contract, BudgetShaper(profile.cost), roster, meter, wfq, queue, slos,
@@ -120,12 +123,6 @@ class FairPolicy(Policy):
                                queue.deadlines)
         self.picker = Picker(queue, roster, meter, admission, wfq, costs, guarantee, min_grace_s(contract))
         self._now = 0.0
-
-    def time_to_first_token_s(self, req: Request) -> float:
-        """``req``'s first token after it is picked, estimated: its prefill in chunks of the
-        contract's chunk size and one step more, at the recent step time (``class_queue.py``)."""
-        num_chunks = -(-req.num_uncomputed // self.contract.engine.chunk_size)
-        return (num_chunks + 1) * self.step_time.ewma_s
 
     def on_contract_change(self, contract: Contract, now: float) -> None:
         """A live contract change (``serve/contract_live.py``): each part re-derives what it
@@ -144,6 +141,7 @@ class FairPolicy(Policy):
         self.headroom.rebind(contract)
         self.headroom.invalidate()              # the reservations of the old bounds
         self.forecaster.contract = contract
+        self.review.contract = contract
         self.forecaster.prefill_rate = prefill_rate(self.costs, self.profile, full)
         self.accounting.rebind(contract)
         self.shaper.rebind(contract)
@@ -193,7 +191,8 @@ class FairPolicy(Policy):
         if self.roster.stop(t, req):            # preempted: it waits again
             self.decode_slos.stop(req)
         service_s = self.urgency.estimate_service_s(req) if req.deadline_s is not None else 0.0
-        self.queue.push(req, t, now, service_s)
+        key = self.queue.push(req, t, now, service_s)
+        self.review.note_queued(req, key)
         self.roster.touch(t, now)
 
     def take(self, req: Request) -> None:
@@ -220,7 +219,15 @@ class FairPolicy(Policy):
         return self.picker.pick(now, blocked)
 
     def expire(self, now: float) -> list[tuple[Request, Reason]]:
+        """The requests shed at their review (``review.py``), then those past their deadline
+        (``urgency.py``), each taken out of the queue before the next is found."""
         out: list[tuple[Request, Reason]] = []
+        while True:
+            shed = self.review.next_shed(now)
+            if shed is None:
+                break
+            out.append(shed)
+            self.take(shed[0])
         while True:
             expired = self.urgency.next_expired(now)
             if expired is None:

@@ -3,13 +3,10 @@
 
 from __future__ import annotations
 
-from typing import Callable
-
 from ...contracts.contract import Contract
 from ...core.request import Request
 from .costs import RequestCost
-from .class_queue import ClassQueue, best_head
-from .ordering import Key, LazyHeap, live, order_key
+from .ordering import Key, LazyHeap, best_head, live, order_key
 from .tenant import TenantState
 from .wfq import VirtualTimeWFQ
 
@@ -18,7 +15,7 @@ class WaitingQueue:
     """Every waiting request, once per view.
 
     Invariants: each waiting request ``r`` has one live entry (its ``qtoken``) in its
-    tenant's queue for its class (``class_queue.ClassQueue``), one in ``overdue`` keyed
+    tenant's heap for its class (``t.queues``), one in ``overdue`` keyed
     ``(enqueued + max_wait, seq)`` if it has a max wait, one in ``deadlines`` keyed
     ``(latest feasible start, seq)`` if it has a deadline, and one in ``class_heaps[k]`` if
     its class ``k`` has a min share; ``num_queued`` is the sum of ``t.num_waiting``,
@@ -26,15 +23,12 @@ class WaitingQueue:
     waiting requests with a TPOT SLO; ``backlogged`` holds exactly the tenants with waiting
     requests (each also backlogged in the WFQ); ``backlog_since_s``: since when some request
     has waited throughout (inf while none waits); ``t.head_cost`` is the predicted cost of
-    ``t``'s best head (0 when it has none) after every change of its queue;
-    ``t.backlogged_since`` is set before that head is read (the burst split reads it)."""
+    ``t``'s best head (0 when it has none) after every change of its queue."""
 
     def __init__(self, contract: Contract, order: str, block_size: int, costs: RequestCost,
-                 wfq: VirtualTimeWFQ, class_min: dict[str, float],
-                 time_to_first_token_s: Callable[[Request], float]) -> None:
+                 wfq: VirtualTimeWFQ, class_min: dict[str, float]) -> None:
         self.contract = contract
-        self.order = order                  # "edf" or "fifo" (fifo: no burst split, class_queue.py)
-        self.time_to_first_token_s = time_to_first_token_s
+        self.order = order                  # "edf" or "fifo" (the key: ordering.py or arrival)
         self.block_size = block_size
         self.costs = costs
         self.wfq = wfq
@@ -48,13 +42,13 @@ class WaitingQueue:
         self.num_waiting_tpot = 0
         self.backlog_since_s = float("inf")
 
-    def push(self, req: Request, t: TenantState, now: float, service_s: float) -> None:
+    def push(self, req: Request, t: TenantState, now: float, service_s: float) -> Key:
         """``req`` of ``t`` waits from now; ``service_s``: its estimated service (used only
-        when it has a deadline)."""
+        when it has a deadline).  Returns its key in its class heap."""
         req.qtoken += 1
         q = t.queues.get(req.klass)
         if q is None:
-            q = t.queues[req.klass] = ClassQueue(self.order == "edf", self.time_to_first_token_s)
+            q = t.queues[req.klass] = LazyHeap()
         cls = self.contract.classes.get(req.klass)
         base = cls.priority if cls is not None else req.priority
         key: Key = (req.enqueued_s, req.seq) if self.order == "fifo" else order_key(req, base, self.block_size)
@@ -75,13 +69,14 @@ class WaitingQueue:
             self.num_waiting_tpot += 1
         first = t.num_waiting == 1
         if first:
-            t.backlogged_since = now        # before rekey: the head reads the spell
+            t.backlogged_since = now
         self.rekey(t, now)
         if first:
             self.backlogged[t.name] = t
             self.wfq.on_backlogged(t)
         else:
             self.wfq.update(t)
+        return key
 
     def remove(self, req: Request, t: TenantState, now: float) -> None:
         """``req`` (waiting, of ``t``) leaves the queue; its heap entries go stale."""
@@ -108,7 +103,7 @@ class WaitingQueue:
         cost at the new ones."""
         for klass, q in t.queues.items():
             queued = 0.0
-            for e in q.entries():
+            for e in q.h:
                 if live(e):
                     queued += self.costs.predicted(e[-1])
             t.queued_cost[klass] = queued
@@ -132,7 +127,7 @@ class WaitingQueue:
             for t in tenants:
                 q = t.queues.get(k)
                 if q is not None:
-                    for e in q.entries():
+                    for e in q.h:
                         if live(e):
                             heap.push(tuple(e[:-2]), e[-1])
                             count += 1
@@ -140,5 +135,5 @@ class WaitingQueue:
         self.class_min, self.class_heaps, self.class_waiting = class_min, heaps, waiting
 
     def rekey(self, t: TenantState, now: float) -> None:
-        head = best_head(t.queues, now, t.backlogged_since)
+        head = best_head(t.queues, now)
         t.head_cost = self.costs.predicted(head) if head is not None else 0.0

@@ -7,7 +7,7 @@ from typing import Final
 
 from ...contracts.contract import ClassSpec, TenantSpec
 from ...core.request import Request
-from .class_queue import ClassQueue
+from .ordering import LazyHeap
 
 PEAK_TAU_S: Final = 60.0          # time constant of the decayed KV and slot peaks (note_peak), s
 
@@ -37,7 +37,7 @@ class TenantState:
         self.recent = 0.0           # exponentially decayed service (decayed lazily to recent_t)
         self.recent_t = now
         self.queued_cost: dict[str, float] = {}   # class -> predicted cost of its waiting requests
-        self.queues: dict[str, ClassQueue] = {}   # class -> its waiting requests (class_queue.py)
+        self.queues: dict[str, LazyHeap] = {}     # class -> its waiting requests (ordering.py)
         self.backlogged_since = now  # since when it has had waiting requests (when it has)
         self.starved_since = math.inf  # since when it has waited with nothing running (inf: not)
         self.starve_stamp = 0        # bumped when a starving spell starts or ends (guarantee.py)
@@ -94,10 +94,6 @@ class TenantState:
         what a new request of that priority waits behind (O(classes))."""
         return sum(c for k, c in self.queued_cost.items()
                    if k not in classes or classes[k].priority >= priority)
-
-    def backlog_spell_s(self, now: float) -> float:
-        """How long it has had waiting requests (0 when it has none)."""
-        return now - self.backlogged_since if self.num_waiting > 0 else 0.0
 
     def kv_blocks(self) -> int:
         """Device KV blocks of its running requests: O(1), kept by the pool."""

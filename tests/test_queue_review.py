@@ -1,0 +1,166 @@
+"""The fair policy's queue review (``sched/fair/review.py``) and the in-queue order it reads
+(``sched/fair/ordering.py``): a request of a class whose max wait is over a minute is not
+shed at arrival; a minute before its max wait it is shed when the forecast of the rest of
+its wait, behind what its tenant has queued ahead of it, exceeds the minute left."""
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tokenfair.contracts.contract import parse_contract
+from tokenfair.core.costmodel import load_profile
+from tokenfair.core.kv import BlockPool
+from tokenfair.core.reasons import ReasonCode
+from tokenfair.core.request import Request, Status
+from tokenfair.evaluation.shedding import without_shedding
+from tokenfair.sched.fair.admission import AdmissionControl
+from tokenfair.sched.fair.costs import RequestCost
+from tokenfair.sched.fair.forecast import SHED_LOOKAHEAD_S, WaitForecaster
+from tokenfair.sched.fair.guarantee import ServiceGuarantee
+from tokenfair.sched.fair.ordering import LazyHeap, live, order_key
+from tokenfair.sched.fair.queue import WaitingQueue
+from tokenfair.sched.fair.review import QueueReview
+from tokenfair.sched.fair.roster import TenantRoster
+from tokenfair.sched.fair.shares import ShareMeter
+from tokenfair.sched.fair.wfq import VirtualTimeWFQ
+
+MAX_WAIT_S = 300.0
+CONTRACT = parse_contract({
+    "classes": {"batch": {"priority": 0, "max_wait_s": MAX_WAIT_S}, "chat": {"priority": 20, "max_wait_s": 30},
+                "bulk": {"priority": 0}},
+    "default_class": "batch",
+    "costs": {"prefill_token": 1, "decode_token": 2},
+    "engine": {"prefill_token_budget": 2048, "chunk_size": 512, "max_running": 16}})
+
+
+def _req(seq: int, at: float, klass: str = "batch", prompt: int = 1000) -> Request:
+    cls = CONTRACT.classes[klass]
+    r = Request(f"r{seq}", seq, "a", klass, at, prompt, 10, max_wait_s=cls.max_wait_s)
+    r.predicted_output = 10
+    return r
+
+
+class Review:
+    """The queue, the forecaster and the review wired as the policy wires them."""
+
+    def __init__(self, contract=CONTRACT):
+        pool = BlockPool(10_000, 16)
+        self.costs = RequestCost(contract.costs)
+        self.wfq = VirtualTimeWFQ(credit=100.0)
+        self.roster = TenantRoster(contract, pool.held, AdmissionControl(contract, pool), ServiceGuarantee())
+        self.queue = WaitingQueue(contract, "edf", 16, self.costs, self.wfq, {})
+        self.meter = ShareMeter(contract, self.roster, 10.0, [])
+        self.forecaster = WaitForecaster(contract, self.meter, self.queue, prefill_rate=1000.0)
+        self.review = QueueReview(contract, self.roster.tenants, self.forecaster, self.costs)
+        self.a = self.roster.tenant("a")
+
+    def push(self, req: Request) -> None:
+        self.review.note_queued(req, self.queue.push(req, self.a, req.enqueued_s, 0.0))
+
+    def shed_all(self, now: float) -> list[Request]:
+        """What the policy's ``expire`` does with the review: take each shed request."""
+        out = []
+        while (shed := self.review.next_shed(now)) is not None:
+            req, reason = shed
+            assert reason.code is ReasonCode.OVERLOADED and "queued" in reason.text
+            self.queue.remove(req, self.a, now)
+            out.append(req)
+        return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 9), st.booleans()), max_size=60), st.integers(0, 41))
+def test_cost_before_sums_the_live_entries_whose_key_is_less(items, at):
+    heap = LazyHeap()
+    for i, (arrival, size, stale) in enumerate(items):
+        r = _req(i, float(arrival), prompt=100 * size)
+        r.qtoken += 1
+        heap.push(order_key(r, 0.0, 16), r)
+        if stale:
+            r.qtoken += 1                         # taken: its entry goes stale
+    heap.top()                                    # stale entries popped from the top as the queue pops them
+    probe = order_key(_req(10_000, float(at)), 0.0, 16)
+    cost = lambda r: float(r.prompt_tokens)
+    assert heap.cost_before(probe, cost) == sum(cost(e[-1]) for e in heap.h if live(e) and e[:-2] < probe)
+
+
+def _backlog(p: Review, n: int) -> list[Request]:
+    reqs = [_req(i, 0.01 * i) for i in range(n)]
+    for r in reqs:
+        p.push(r)
+    p.meter.add(p.a, "batch", 100.0, 0.0)         # a rate measured: the forecast is on
+    return reqs
+
+
+def test_a_request_is_reviewed_a_minute_before_its_max_wait_behind_what_is_ahead_of_it():
+    p = Review()
+    reqs = _backlog(p, 100)
+    due = MAX_WAIT_S - SHED_LOOKAHEAD_S
+    assert p.shed_all(due - 1.0) == []                                   # none due yet
+    now = due + 1.0                                                      # all 100 due
+    priority = p.forecaster.base_priority(reqs[0])
+    cost = p.costs.predicted(reqs[0])
+    # in key order: the first whose forecast of the cost ahead is over the minute left, and
+    # every one after it (shedding one leaves the next with the same cost ahead)
+    first = next(k for k in range(100)
+                 if p.forecaster.wait_behind_s(p.a, priority, k * cost, now) > reqs[k].enqueued_s + MAX_WAIT_S - now)
+    assert 0 < first < 100
+    shed = p.shed_all(now)
+    assert shed == reqs[first:]
+    assert p.a.num_waiting == first and p.shed_all(now + 100.0) == []    # each reviewed once
+
+
+def test_what_is_not_reviewed():
+    p = Review()
+    reqs = _backlog(p, 100)
+    started, has_token = reqs[60], reqs[61]
+    started.num_computed = 512                    # preempted mid-prefill: waits again, not reviewed
+    has_token.first_token_s = 5.0
+    chat = _req(200, 0.0, klass="chat")           # a max wait of a minute or less: judged at arrival
+    bulk = _req(201, 0.0, klass="bulk")           # no max wait
+    for r in (chat, bulk):
+        p.push(r)
+    assert [x[2] for x in p.review.pending] and chat not in [x[2] for x in p.review.pending]
+    assert bulk not in [x[2] for x in p.review.pending]
+    shed = p.shed_all(1000.0)
+    assert started not in shed and has_token not in shed and len(shed) > 0
+    off = Review(without_shedding(CONTRACT))
+    _backlog(off, 100)
+    assert off.shed_all(1000.0) == [] and not off.review.pending       # reviewed, none shed
+
+
+def test_a_requeued_request_is_not_scheduled_twice():
+    p = Review()
+    r = _req(0, 0.0)
+    p.push(r)
+    p.queue.remove(r, p.a, 1.0)
+    r.status = Status.WAITING
+    p.push(r)                                     # pushed again (qtoken 3): no second review
+    assert len(p.review.pending) == 1
+
+
+def test_in_the_simulator_no_long_wait_class_is_shed_at_arrival_and_the_shed_end_from_the_queue():
+    """A batch tenant flooding at twice what the engine leaves it beside an interactive
+    stream: its requests are shed from the queue 240 s into their 300 s max wait (at the
+    first step after), never at arrival, and nearly all of them would have waited past it
+    with shedding off."""
+    from poisson_tenants import poisson_workload
+    from tokenfair.evaluation.shedding import bench_shedding
+    from tokenfair.sim.simulate import simulate
+    contract = parse_contract({
+        "tenants": {"flood": {"weight": 1, "max_queued": 50000, "default_class": "batch"},
+                    "stream": {"weight": 1, "default_class": "interactive"}},
+        "classes": {"interactive": {"priority": 20, "max_wait_s": 30, "ttft_slo_s": 2.0, "tpot_slo_s": 0.1},
+                    "batch": {"priority": 0, "max_wait_s": MAX_WAIT_S}},
+        "default_class": "interactive",
+        "engine": {"prefill_token_budget": 1024, "decode_token_budget": 256, "chunk_size": 512, "max_running": 256}})
+    wl = poisson_workload("flood", 0, [("flood", 10.0, 0, 600, (2000, 0.5, 64, 8000), (200, 0.5, 8, 800)),
+                                       ("stream", 2.0, 0, 600, (500, 0.5, 16, 2000), (300, 0.5, 8, 1000))])
+    recs = simulate(wl, "fair", contract, load_profile(None), isolated=False).records
+    shed = [r for r in recs if r["reason"].startswith("overloaded")]
+    assert len(shed) > 1000 and all(r["status"] == "expired" and r["tenant"] == "flood" for r in shed)
+    waits = [r["finish_s"] - r["arrival_s"] for r in shed]
+    assert min(waits) >= MAX_WAIT_S - SHED_LOOKAHEAD_S and max(waits) < MAX_WAIT_S - SHED_LOOKAHEAD_S + 0.5
+    scores = bench_shedding(wl, contract, load_profile(None))
+    assert scores["precision"] >= 0.95
+    assert scores["on"]["in_time_tokens"] > 1.3 * scores["off"]["in_time_tokens"]
+    assert scores["on"]["outcomes"] == {"expired": {"overloaded": scores["shed"]}}
