@@ -134,6 +134,13 @@ def test_http_status_and_metric_labels_come_from_the_code():
     assert http_status_of(ended(Status.FAILED, Reason(ReasonCode.CLIENT_DISCONNECTED, "x"))) == 499
     assert http_status_of(ended(Status.FAILED, Reason(ReasonCode.ENGINE_ERROR, "shutdown: x"))) == 500
     assert http_status_of(ended(Status.EXPIRED, Reason(ReasonCode.DEADLINE_INFEASIBLE, "x"))) == 504
+    # shed from the queue (sched/fair/review.py): throttled as at the door, with its retry hint
+    from tokenfair.serve.jobs import failed_event
+    shed = ended(Status.EXPIRED, Reason(ReasonCode.OVERLOADED, "queued 240s: predicted wait 75.2s more exceeds "
+                                        "60.0s (class 'batch' max_wait_s 300.0); retry after ~15s"))
+    assert http_status_of(shed) == 429
+    event = failed_event(shed)
+    assert event.status == 429 and event.headers == {"retry-after": "15"} and event.code is ReasonCode.OVERLOADED
     assert not can_retry(400, ReasonCode.CONTEXT_LENGTH_EXCEEDED) and not can_retry(500, "request_fault")
     assert can_retry(429, ReasonCode.QUEUE_FULL)
 
