@@ -3,13 +3,13 @@ what really would wait past its max wait.
 
 A request of tenant ``i`` has ``A`` predicted cost queued ahead of it: at its arrival, all
 that its tenant has queued in its classes of at least the request's priority; at its review
-in the queue (``review.py``), the same less what of its own class is behind it.  The engine serves ``C`` cost units per second
-(the larger of the measured rate and what a full step serves, per the cost model, with the
-last step's decodes).  Tenants that are not backlogged keep using what they use now, ``u``
-in total (their decayed recent service rate), less what their ``n`` running decodes with a
-TPOT SLO give up while the backlog is served: each decodes once a step, and the backlog's
-steps run at the TPOT target ``s_b`` (``TPOT_MARGIN`` x the tightest TPOT SLO) instead of
-the recent step time ``s``, so ``u' = u - n w_d (1/s - 1/s_b)`` (``w_d`` the cost of a decode
+in the queue (``review.py``), the same less what of its own class is behind it.  The
+engine serves ``C`` cost units per second (the larger of the measured rate and what a full
+step serves, per the cost model, with the last step's decodes).  Tenants that are not
+backlogged keep using what they use now, ``u`` in total (their decayed recent service
+rate), less what their ``n`` running decodes with a TPOT SLO give up while the backlog is
+served: each decodes once a step, and the backlog's steps run at the TPOT target ``s_b``
+(``TPOT_MARGIN`` x the tightest TPOT SLO) instead of the recent step time ``s``, so ``u' = u - n w_d (1/s - 1/s_b)`` (``w_d`` the cost of a decode
 token; no change when ``s >= s_b``).  The rest ``C - u'`` is shared, as the WFQ
 shares it, by weight among the backlogged tenants, each of which stops competing when its
 queue ``Q_j`` is drained (generalised processor sharing); a tenant backlogged for longer
