@@ -1,5 +1,5 @@
-"""The fair policy's queue review (``sched/fair/review.py``) and the in-queue order it reads
-(``sched/fair/ordering.py``): a request of a class whose max wait is over a minute is not
+"""The fair policy's queue review (``sched/fair/review.py``) and the cost ahead it reads
+(``sched/fair/arrivals.py``): a request of a class whose max wait is over a minute is not
 shed at arrival; a minute before its max wait it is shed when the forecast of the rest of
 its wait, behind what its tenant has queued ahead of it, exceeds the minute left."""
 
@@ -16,7 +16,7 @@ from tokenfair.sched.fair.admission import AdmissionControl
 from tokenfair.sched.fair.costs import RequestCost
 from tokenfair.sched.fair.forecast import SHED_LOOKAHEAD_S, WaitForecaster
 from tokenfair.sched.fair.guarantee import ServiceGuarantee
-from tokenfair.sched.fair.ordering import LazyHeap, live, order_key
+from tokenfair.sched.fair.arrivals import ArrivalCosts
 from tokenfair.sched.fair.queue import WaitingQueue
 from tokenfair.sched.fair.review import QueueReview
 from tokenfair.sched.fair.roster import TenantRoster
@@ -50,11 +50,12 @@ class Review:
         self.queue = WaitingQueue(contract, "edf", 16, self.costs, self.wfq, {})
         self.meter = ShareMeter(contract, self.roster, 10.0, [])
         self.forecaster = WaitForecaster(contract, self.meter, self.queue, prefill_rate=1000.0)
-        self.review = QueueReview(contract, self.roster.tenants, self.forecaster, self.costs)
+        self.review = QueueReview(contract, self.roster.tenants, self.forecaster)
         self.a = self.roster.tenant("a")
 
     def push(self, req: Request) -> None:
-        self.review.note_queued(req, self.queue.push(req, self.a, req.enqueued_s, 0.0))
+        self.queue.push(req, self.a, req.enqueued_s, 0.0)
+        self.review.note_queued(req)
 
     def shed_all(self, now: float) -> list[Request]:
         """What the policy's ``expire`` does with the review: take each shed request."""
@@ -67,20 +68,30 @@ class Review:
         return out
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 9), st.booleans()), max_size=60), st.integers(0, 41))
-def test_cost_before_sums_the_live_entries_whose_key_is_less(items, at):
-    heap = LazyHeap()
-    for i, (arrival, size, stale) in enumerate(items):
-        r = _req(i, float(arrival), prompt=100 * size)
-        r.qtoken += 1
-        heap.push(order_key(r, 0.0, 16), r)
-        if stale:
-            r.qtoken += 1                         # taken: its entry goes stale
-    heap.top()                                    # stale entries popped from the top as the queue pops them
-    probe = order_key(_req(10_000, float(at)), 0.0, 16)
-    cost = lambda r: float(r.prompt_tokens)
-    assert heap.cost_before(probe, cost) == sum(cost(e[-1]) for e in heap.h if live(e) and e[:-2] < probe)
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["push", "remove", "ask", "reprice"]), st.integers(0, 30),
+                          st.integers(1, 9)), max_size=120))
+def test_the_cost_before_a_request_is_what_waits_that_was_queued_before_it(ops):
+    """Any order of pushes, removals, re-pricings and questions (the cursor moving both ways):
+    the answer is the sum over the requests still waiting that were pushed before."""
+    costs = ArrivalCosts()
+    waiting: list[tuple[Request, float]] = []          # in push order
+    reqs = [_req(i, 0.0) for i in range(31)]
+    for op, i, size in ops:
+        r = reqs[i]
+        here = [k for k, (q, _) in enumerate(waiting) if q is r]
+        if op == "push" and not here:
+            costs.push(r, 10.0 * size)
+            waiting.append((r, 10.0 * size))
+        elif op == "remove" and here:
+            costs.remove(r)
+            waiting.pop(here[0])
+        elif op == "reprice" and here:
+            costs.reprice(r, 7.0 * size)
+            waiting[here[0]] = (r, 7.0 * size)
+        elif op == "ask" and here:
+            assert costs.cost_before(r) == sum(c for _, c in waiting[:here[0]])
+    assert set(costs.position) == {r for r, _ in waiting}
 
 
 def _backlog(p: Review, n: int) -> list[Request]:

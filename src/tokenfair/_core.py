@@ -21,7 +21,7 @@ COMPILED_MODULES = (
     "tokenfair.sched.scheduler", "tokenfair.sched.baselines.fifo",
     "tokenfair.sched.baselines.classic", "tokenfair.sched.baselines.vtc",
     "tokenfair.sched.fair.tenant", "tokenfair.sched.fair.ordering",
-    "tokenfair.sched.fair.review",
+    "tokenfair.sched.fair.review", "tokenfair.sched.fair.arrivals",
     "tokenfair.sched.fair.wfq", "tokenfair.sched.fair.admission", "tokenfair.sched.fair.preemption",
     "tokenfair.sched.fair.urgency", "tokenfair.sched.fair.accounting", "tokenfair.sched.fair.batching",
     "tokenfair.sched.fair.shares", "tokenfair.sched.fair.policy", "tokenfair.sched.fair.tpot",

@@ -26,7 +26,7 @@ are dropped when they surface.
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Final
+from typing import Any, Final
 
 from ...core.request import Request, Status
 
@@ -67,29 +67,6 @@ class LazyHeap:
 
     def pop(self) -> Entry:
         return heapq.heappop(self.h)
-
-    def cost_before(self, key: Key, cost: Callable[[Request], float]) -> float:
-        """The summed ``cost`` of the live entries whose key is less than ``key``.  The
-        heap's children are never less than their parent, so the walk stops at the first
-        entry on each path that is not less: O(entries less than ``key`` + their children),
-        stale ones included, not O(heap)."""
-        h = self.h
-        n = len(h)
-        total = 0.0
-        stack = [0] if n else []
-        while stack:
-            i = stack.pop()
-            e = h[i]
-            if e[:-2] >= key:
-                continue
-            if live(e):
-                total += cost(e[-1])
-            child = 2 * i + 1
-            if child < n:
-                stack.append(child)
-                if child + 1 < n:
-                    stack.append(child + 1)
-        return total
 
     def front(self, limit: int) -> list[Entry]:
         """Up to ``limit`` entries from the front of the heap's array, live or stale (the

@@ -114,7 +114,7 @@ class FairPolicy(Policy):
         self.decode_slos = slos = DecodeSLOs()
         self.forecaster = forecaster = WaitForecaster(contract, meter, queue, prefill_rate(costs, profile, full),
                                                       step_time, slos, costs.wd)
-        self.review = QueueReview(contract, roster.tenants, forecaster, costs)
+        self.review = QueueReview(contract, roster.tenants, forecaster)
         self.accounting = Accounting(contract, costs, wfq, roster, meter, headroom, slos, step_time)
         self.background = background = BackgroundPrefill(queue)
         self.shaper = PrefillShaper(contract, BudgetShaper(profile.cost), roster, meter, wfq, queue, slos,
@@ -191,8 +191,8 @@ class FairPolicy(Policy):
         if self.roster.stop(t, req):            # preempted: it waits again
             self.decode_slos.stop(req)
         service_s = self.urgency.estimate_service_s(req) if req.deadline_s is not None else 0.0
-        key = self.queue.push(req, t, now, service_s)
-        self.review.note_queued(req, key)
+        self.queue.push(req, t, now, service_s)
+        self.review.note_queued(req)
         self.roster.touch(t, now)
 
     def take(self, req: Request) -> None:

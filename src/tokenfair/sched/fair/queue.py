@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ...contracts.contract import Contract
 from ...core.request import Request
+from .arrivals import ArrivalCosts
 from .costs import RequestCost
 from .ordering import Key, LazyHeap, best_head, live, order_key
 from .tenant import TenantState
@@ -23,7 +24,8 @@ class WaitingQueue:
     waiting requests with a TPOT SLO; ``backlogged`` holds exactly the tenants with waiting
     requests (each also backlogged in the WFQ); ``backlog_since_s``: since when some request
     has waited throughout (inf while none waits); ``t.head_cost`` is the predicted cost of
-    ``t``'s best head (0 when it has none) after every change of its queue."""
+    ``t``'s best head (0 when it has none) after every change of its queue;
+    ``t.arrivals[k]`` holds the same requests as ``t.queues[k]`` (``arrivals.py``)."""
 
     def __init__(self, contract: Contract, order: str, block_size: int, costs: RequestCost,
                  wfq: VirtualTimeWFQ, class_min: dict[str, float]) -> None:
@@ -42,13 +44,14 @@ class WaitingQueue:
         self.num_waiting_tpot = 0
         self.backlog_since_s = float("inf")
 
-    def push(self, req: Request, t: TenantState, now: float, service_s: float) -> Key:
+    def push(self, req: Request, t: TenantState, now: float, service_s: float) -> None:
         """``req`` of ``t`` waits from now; ``service_s``: its estimated service (used only
-        when it has a deadline).  Returns its key in its class heap."""
+        when it has a deadline)."""
         req.qtoken += 1
         q = t.queues.get(req.klass)
         if q is None:
             q = t.queues[req.klass] = LazyHeap()
+            t.arrivals[req.klass] = ArrivalCosts()
         cls = self.contract.classes.get(req.klass)
         base = cls.priority if cls is not None else req.priority
         key: Key = (req.enqueued_s, req.seq) if self.order == "fifo" else order_key(req, base, self.block_size)
@@ -61,7 +64,9 @@ class WaitingQueue:
             self.class_heaps[req.klass].push(key, req)
             self.class_waiting[req.klass] += 1
         t.num_waiting += 1
-        t.queued_cost[req.klass] = t.queued_cost.get(req.klass, 0.0) + self.costs.predicted(req)
+        cost = self.costs.predicted(req)
+        t.queued_cost[req.klass] = t.queued_cost.get(req.klass, 0.0) + cost
+        t.arrivals[req.klass].push(req, cost)
         if not self.num_queued:
             self.backlog_since_s = now
         self.num_queued += 1
@@ -76,12 +81,12 @@ class WaitingQueue:
             self.wfq.on_backlogged(t)
         else:
             self.wfq.update(t)
-        return key
 
     def remove(self, req: Request, t: TenantState, now: float) -> None:
         """``req`` (waiting, of ``t``) leaves the queue; its heap entries go stale."""
         req.qtoken += 1
         t.num_waiting -= 1
+        t.arrivals[req.klass].remove(req)
         left = t.queued_cost.get(req.klass, 0.0) - self.costs.predicted(req)
         t.queued_cost[req.klass] = max(0.0, left) if t.num_waiting else 0.0
         self.num_queued -= 1
@@ -103,9 +108,12 @@ class WaitingQueue:
         cost at the new ones."""
         for klass, q in t.queues.items():
             queued = 0.0
+            arrivals = t.arrivals[klass]
             for e in q.h:
                 if live(e):
-                    queued += self.costs.predicted(e[-1])
+                    cost = self.costs.predicted(e[-1])
+                    queued += cost
+                    arrivals.reprice(e[-1], cost)
             t.queued_cost[klass] = queued
         self.rekey(t, now)
 

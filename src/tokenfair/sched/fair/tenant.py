@@ -7,6 +7,7 @@ from typing import Final
 
 from ...contracts.contract import ClassSpec, TenantSpec
 from ...core.request import Request
+from .arrivals import ArrivalCosts
 from .ordering import LazyHeap
 
 PEAK_TAU_S: Final = 60.0          # time constant of the decayed KV and slot peaks (note_peak), s
@@ -14,7 +15,7 @@ PEAK_TAU_S: Final = 60.0          # time constant of the decayed KV and slot pea
 
 class TenantState:
     __slots__ = ("name", "seq", "spec", "weight", "vtime", "num_waiting", "running", "bucket",
-                 "bucket_t", "recent", "recent_t", "queued_cost", "queues", "backlogged_since", "starved_since", "starve_stamp", "kv_peak", "slots_peak", "peak_t", "head_cost", "stamp", "active", "admitted", "admitted_t", "admitted_by_class", "held")
+                 "bucket_t", "recent", "recent_t", "queued_cost", "queues", "arrivals", "backlogged_since", "starved_since", "starve_stamp", "kv_peak", "slots_peak", "peak_t", "head_cost", "stamp", "active", "admitted", "admitted_t", "admitted_by_class", "held")
 
     def __init__(self, name: str, spec: TenantSpec, now: float, seq: int = 0, *,
                  held: dict[str, int]) -> None:
@@ -38,6 +39,7 @@ class TenantState:
         self.recent_t = now
         self.queued_cost: dict[str, float] = {}   # class -> predicted cost of its waiting requests
         self.queues: dict[str, LazyHeap] = {}     # class -> its waiting requests (ordering.py)
+        self.arrivals: dict[str, ArrivalCosts] = {}   # class -> their costs in arrival order
         self.backlogged_since = now  # since when it has had waiting requests (when it has)
         self.starved_since = math.inf  # since when it has waited with nothing running (inf: not)
         self.starve_stamp = 0        # bumped when a starving spell starts or ends (guarantee.py)
