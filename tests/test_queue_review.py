@@ -3,7 +3,6 @@
 shed at arrival; a minute before its max wait it is shed when the forecast of the rest of
 its wait, behind what its tenant has queued ahead of it, exceeds the minute left."""
 
-import pytest
 from hypothesis import given, settings, strategies as st
 
 from tokenfair.contracts.contract import parse_contract
@@ -13,10 +12,10 @@ from tokenfair.core.reasons import ReasonCode
 from tokenfair.core.request import Request, Status
 from tokenfair.evaluation.shedding import without_shedding
 from tokenfair.sched.fair.admission import AdmissionControl
+from tokenfair.sched.fair.arrivals import ArrivalCosts
 from tokenfair.sched.fair.costs import RequestCost
 from tokenfair.sched.fair.forecast import SHED_LOOKAHEAD_S, WaitForecaster
 from tokenfair.sched.fair.guarantee import ServiceGuarantee
-from tokenfair.sched.fair.arrivals import ArrivalCosts
 from tokenfair.sched.fair.queue import WaitingQueue
 from tokenfair.sched.fair.review import QueueReview
 from tokenfair.sched.fair.roster import TenantRoster

@@ -46,8 +46,9 @@ from .tenant import TenantState
 class QueueReview:
     """Invariant: ``pending`` is a min-heap of ``(t_r, seq, req)`` -- one entry for each
     request of a class with a max wait over ``SHED_LOOKAHEAD_S`` pushed into the queue for
-    the first time and not reviewed yet, ``t_r`` its review time (module docstring).  An entry whose request started, ended or was taken
-    before ``t_r`` is dropped when it surfaces."""
+    the first time and not reviewed yet, ``t_r`` its review time (module docstring).  An
+    entry whose request started, ended or was taken before ``t_r`` is dropped when it
+    surfaces."""
 
     def __init__(self, contract: Contract, tenants: dict[str, TenantState], forecaster: WaitForecaster) -> None:
         self.contract = contract
