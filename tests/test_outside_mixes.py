@@ -88,10 +88,10 @@ def test_a_burst_past_its_max_wait_leaves_the_queue_it_cannot_make_and_keeps_arr
     wl, contract, _ = random_mix(40)
     fifo = simulate(wl, "fifo", contract, load_profile(None), isolated=False)
     scores = bench_shedding(wl, contract, load_profile(None))
-    assert scores["on"]["in_time_tokens"] >= fifo.summary["goodput"]["in_time_tokens"]    # 5.49 M against 4.76 M
+    assert scores["on"]["in_time_tokens"] >= fifo.summary["goodput"]["in_time_tokens"]    # 5.62 M against 4.76 M
     assert scores["off"]["in_time_tokens"] < fifo.summary["goodput"]["in_time_tokens"]    # 4.36 M unshed
-    assert scores["precision"] >= 0.95                                                     # 670 shed, 99.6%
-    assert set(scores["tenants"]) <= {"h1", "burst"} and scores["on"]["outcomes"] == {"expired": {"overloaded": 670}}
+    assert scores["precision"] >= 0.95                                                     # 712 shed, 99.4%
+    assert set(scores["tenants"]) <= {"h1", "burst"} and scores["on"]["outcomes"] == {"expired": {"overloaded": 712}}
     fair = simulate(wl, "fair", contract, load_profile(None), isolated=False)
     started = [r for r in fair.records if r["status"] == "finished"]
     assert len(started) + scores["shed"] == len(fair.records)

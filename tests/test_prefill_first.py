@@ -1,7 +1,7 @@
 """The top-up extends a light prompt before a heavy chunk (``Policy.prefill_first``;
 sched/fair/batching.py).
 
-On burst-long (seed 2) a document past its max wait is forced into the step; a streaming
+On burst-long (seed 2, shedding off) a document past its max wait is forced into the step; a streaming
 tenant's prompt admitted after it got what the TPOT-shaped budget left (192 of 353 tokens),
 and the step's extra budget then extended the document's chunk, so the stream's first token
 came a step later."""
@@ -11,6 +11,7 @@ import pytest
 from tokenfair.core.costmodel import BUILTIN_PROFILES
 from tokenfair.core.kv import BlockPool
 from tokenfair.core.request import Request
+from tokenfair.evaluation.shedding import without_shedding
 from tokenfair.runtime.loop import VirtualClock, run
 from tokenfair.runtime.step_counter import StepCounter
 from tokenfair.sched.admit import Admitter
@@ -40,7 +41,10 @@ class _NoFirst(FairPolicy):
 
 
 def _steps(policy) -> list:
+    # shedding off: the documents that cannot make it stay queued, and a document head is
+    # forced beside the streams' prompts (with shedding on they leave the queue before that)
     wl, contract = build_scenario("burst-long", 2)
+    contract = without_shedding(contract)
     rows = tuple(r for r in wl.rows if r.arrival_s < 200.0)   # the documents' max wait ends at ~180 s
     sched = StepLog(_chunks, policy, contract, PROFILE)
     run(rows, contract, sched, RowFedEngine(SimEngine(PROFILE)), VirtualClock(), None,

@@ -1,7 +1,9 @@
 """The fair policy's queue review (``sched/fair/review.py``) and the cost ahead it reads
 (``sched/fair/arrivals.py``): a request of a class whose max wait is over a minute is not
-shed at arrival; a minute before its max wait it is shed when the forecast of the rest of
-its wait, behind what its tenant has queued ahead of it, exceeds the minute left."""
+shed at arrival, nor one whose forecast is less than 25% over its max wait; every waiting
+request with a max wait is reviewed when a minute (or half its max wait, if less) is left,
+and again each time what is left halves, and shed when the forecast of the rest of its wait,
+behind what its tenant has queued ahead of it, exceeds what is left."""
 
 from hypothesis import given, settings, strategies as st
 
@@ -14,10 +16,10 @@ from tokenfair.evaluation.shedding import without_shedding
 from tokenfair.sched.fair.admission import AdmissionControl
 from tokenfair.sched.fair.arrivals import ArrivalCosts
 from tokenfair.sched.fair.costs import RequestCost
-from tokenfair.sched.fair.forecast import SHED_LOOKAHEAD_S, WaitForecaster
+from tokenfair.sched.fair.forecast import SHED_DOUBT_FACTOR, SHED_LOOKAHEAD_S, WaitForecaster
 from tokenfair.sched.fair.guarantee import ServiceGuarantee
 from tokenfair.sched.fair.queue import WaitingQueue
-from tokenfair.sched.fair.review import QueueReview
+from tokenfair.sched.fair.review import MIN_REVIEW_LEFT_S, QueueReview
 from tokenfair.sched.fair.roster import TenantRoster
 from tokenfair.sched.fair.shares import ShareMeter
 from tokenfair.sched.fair.wfq import VirtualTimeWFQ
@@ -69,14 +71,15 @@ class Review:
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["push", "remove", "ask", "reprice"]), st.integers(0, 30),
-                          st.integers(1, 9)), max_size=120))
+                          st.integers(1, 9), st.integers(0, 3)), max_size=120))
 def test_the_cost_before_a_request_is_what_waits_that_was_queued_before_it(ops):
-    """Any order of pushes, removals, re-pricings and questions (the cursor moving both ways):
-    the answer is the sum over the requests still waiting that were pushed before."""
+    """Any order of pushes, removals, re-pricings and questions with any of four review
+    rounds' cursors (each moving both ways): the answer is the sum over the requests still
+    waiting that were pushed before."""
     costs = ArrivalCosts()
     waiting: list[tuple[Request, float]] = []          # in push order
     reqs = [_req(i, 0.0) for i in range(31)]
-    for op, i, size in ops:
+    for op, i, size, round_ in ops:
         r = reqs[i]
         here = [k for k, (q, _) in enumerate(waiting) if q is r]
         if op == "push" and not here:
@@ -89,7 +92,7 @@ def test_the_cost_before_a_request_is_what_waits_that_was_queued_before_it(ops):
             costs.reprice(r, 7.0 * size)
             waiting[here[0]] = (r, 7.0 * size)
         elif op == "ask" and here:
-            assert costs.cost_before(r) == sum(c for _, c in waiting[:here[0]])
+            assert costs.cost_before(r, round_) == sum(c for _, c in waiting[:here[0]])
     assert set(costs.position) == {r for r, _ in waiting}
 
 
@@ -116,7 +119,52 @@ def test_a_request_is_reviewed_a_minute_before_its_max_wait_behind_what_is_ahead
     assert 0 < first < 100
     shed = p.shed_all(now)
     assert shed == reqs[first:]
-    assert p.a.num_waiting == first and p.shed_all(now + 100.0) == []    # each reviewed once
+    assert p.a.num_waiting == first
+    # the ones kept are due again halfway to their max wait, in the next round
+    assert sorted((due, round_, r.seq) for due, _, round_, r in p.review.pending) == [
+        (now + (r.enqueued_s + MAX_WAIT_S - now) / 2, 1, r.seq) for r in reqs[:first]]
+
+
+def test_a_request_is_reviewed_each_time_what_is_left_halves_until_a_second():
+    p = Review()
+    r = _req(0, 0.0)
+    p.push(r)                                     # nothing ahead of it: never shed
+    p.meter.add(p.a, "batch", 100.0, 0.0)
+    dues = []
+    while p.review.pending:
+        due, _, round_, _ = p.review.pending[0]
+        assert round_ == len(dues)
+        dues.append(due)
+        assert p.shed_all(due) == []
+    lefts = [MAX_WAIT_S - d for d in dues]
+    assert lefts[0] == SHED_LOOKAHEAD_S and all(b == a / 2 for a, b in zip(lefts, lefts[1:]))
+    assert lefts[-1] >= MIN_REVIEW_LEFT_S > lefts[-1] / 2 and len(dues) == 6      # 60 s .. 1.875 s
+    chat = _req(1, 0.0, klass="chat")            # a 30 s max wait: first when half of it is left
+    p.push(chat)
+    assert p.review.pending[0][0] == 15.0 and p.review.next_due_s() == 15.0
+
+
+def test_a_forecast_less_than_a_quarter_over_the_max_wait_is_not_shed_at_arrival():
+    """The same tenant's chat requests arriving one after another behind a growing queue:
+    each is shed at arrival exactly when its forecast exceeds 1.25 x its 30 s max wait, and
+    the doubtful ones (over 30 s, at most 37.5 s) are queued for review."""
+    p = Review()
+    p.meter.add(p.a, "chat", 100.0, 0.0)
+    limit = CONTRACT.classes["chat"].max_wait_s
+    seen = {"queued in time": 0, "doubtful": 0, "shed": 0}
+    for i in range(200):
+        r = _req(i, 100.0, klass="chat", prompt=1000)     # past the warm-up: the forecast is on
+        reason = p.forecaster.shed_reason(p.a, r, 100.0)
+        wait = r.predicted_wait_s
+        assert (reason is not None) == (wait > SHED_DOUBT_FACTOR * limit), (i, wait)
+        if reason is not None:
+            assert reason.code is ReasonCode.OVERLOADED and "exceeds 30.0s" in reason.text
+            seen["shed"] += 1
+            continue
+        seen["doubtful" if wait > limit else "queued in time"] += 1
+        p.push(r)
+    assert all(seen.values()), seen
+    assert len(p.review.pending) == seen["doubtful"] + seen["queued in time"]   # every one reviewed
 
 
 def test_what_is_not_reviewed():
@@ -125,12 +173,9 @@ def test_what_is_not_reviewed():
     started, has_token = reqs[60], reqs[61]
     started.num_computed = 512                    # preempted mid-prefill: waits again, not reviewed
     has_token.first_token_s = 5.0
-    chat = _req(200, 0.0, klass="chat")           # a max wait of a minute or less: judged at arrival
     bulk = _req(201, 0.0, klass="bulk")           # no max wait
-    for r in (chat, bulk):
-        p.push(r)
-    assert [x[2] for x in p.review.pending] and chat not in [x[2] for x in p.review.pending]
-    assert bulk not in [x[2] for x in p.review.pending]
+    p.push(bulk)
+    assert p.review.pending and bulk not in [x[3] for x in p.review.pending]
     shed = p.shed_all(1000.0)
     assert started not in shed and has_token not in shed and len(shed) > 0
     off = Review(without_shedding(CONTRACT))
@@ -150,9 +195,9 @@ def test_a_requeued_request_is_not_scheduled_twice():
 
 def test_in_the_simulator_no_long_wait_class_is_shed_at_arrival_and_the_shed_end_from_the_queue():
     """A batch tenant flooding at twice what the engine leaves it beside an interactive
-    stream: its requests are shed from the queue 240 s into their 300 s max wait (at the
-    first step after), never at arrival, and nearly all of them would have waited past it
-    with shedding off."""
+    stream: its requests are shed from the queue at their reviews, most 240 s into their
+    300 s max wait (at the first step after), all before it, never at arrival, and nearly
+    all of them would have waited past it with shedding off."""
     from poisson_tenants import poisson_workload
     from tokenfair.evaluation.shedding import bench_shedding
     from tokenfair.sim.simulate import simulate
@@ -169,8 +214,23 @@ def test_in_the_simulator_no_long_wait_class_is_shed_at_arrival_and_the_shed_end
     shed = [r for r in recs if r["reason"].startswith("overloaded")]
     assert len(shed) > 1000 and all(r["status"] == "expired" and r["tenant"] == "flood" for r in shed)
     waits = [r["finish_s"] - r["arrival_s"] for r in shed]
-    assert min(waits) >= MAX_WAIT_S - SHED_LOOKAHEAD_S and max(waits) < MAX_WAIT_S - SHED_LOOKAHEAD_S + 0.5
+    assert min(waits) >= MAX_WAIT_S - SHED_LOOKAHEAD_S and max(waits) < MAX_WAIT_S
+    first_round = [w for w in waits if w < MAX_WAIT_S - SHED_LOOKAHEAD_S + 0.5]
+    assert len(first_round) > 0.9 * len(shed)
     scores = bench_shedding(wl, contract, load_profile(None))
     assert scores["precision"] >= 0.95
     assert scores["on"]["in_time_tokens"] > 1.3 * scores["off"]["in_time_tokens"]
     assert scores["on"]["outcomes"] == {"expired": {"overloaded": scores["shed"]}}
+
+
+def test_an_idle_engine_wakes_for_the_next_review():
+    """Nothing runs and nothing arrives: the scheduler's next wake-up is the first review
+    due, so a request that cannot start is judged then, not at the next event."""
+    from tokenfair.sched.registry import make_policy
+    from tokenfair.sched.scheduler import IterationScheduler
+    sched = IterationScheduler(make_policy("fair"), CONTRACT, load_profile(None))
+    assert sched.policy_wakeup(0.0) == float("inf")
+    sched.add_request(_req(0, 5.0, klass="chat"), 5.0)
+    sched.add_request(_req(1, 6.0), 6.0)                                  # batch: 300 s
+    assert sched.policy_wakeup(6.0) == 5.0 + 30.0 / 2
+    assert sched.after_empty_step(6.0, next_arrival_s=100.0) == 20.0

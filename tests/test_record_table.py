@@ -40,8 +40,8 @@ def _table_jsonl(t: RecordTable) -> str:
 
 
 def test_a_runs_table_holds_its_request_records_and_writes_them_as_json_dumps():
-    wl, contract = build_scenario("whale", 0)               # preemptions and recomputation
-    res = simulate_once(wl, "fair", contract, load_profile(None))
+    wl, contract = build_scenario("many-light", 0)          # preemptions and recomputation (KV-bound)
+    res = simulate_once(wl, "fair", contract, load_profile("llama2-7b-a100"))
     recs = [request_record(r) for r in res.requests]
     t = RecordTable.from_requests(res.requests)
     assert len(t) == len(recs) and t.rows() == recs and list(t) == recs

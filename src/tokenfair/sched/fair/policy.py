@@ -276,7 +276,9 @@ class FairPolicy(Policy):
             self.admission.on_admit(t, self.accounting.charge_admission(req, t, now))
 
     def next_wakeup(self, now: float) -> float:
-        return self.admission.wakeup(self.roster.rate_limited, now)
+        """The rate limits' next wake-up, or the next queue review if sooner (``review.py``:
+        a request due for review while nothing runs is judged then, not at the next event)."""
+        return min(self.admission.wakeup(self.roster.rate_limited, now), self.review.next_due_s())
 
     # -- the step's shape ------------------------------------------------------------------
     def prefill_budget(self, last_step: tuple[int, int, list[Request]], now: float) -> int:
