@@ -112,17 +112,17 @@ class AdmissionSpec(_Frozen):
     policy's forecast is work-conserving (sched/fair/forecast.py: the capacity the tenants
     that are not backlogged leave idle, shared by weight among the backlogged ones until each
     drains; a tenant backlogged for a while drains at its measured rate) and looks at most a
-    minute ahead: a request of a class whose max wait is a minute or less is rejected at
-    arrival; one of a class with a longer max wait is queued, and a minute before its max
-    wait, not started, it leaves the queue (``expired``) when the rest of its wait is
-    forecast over the minute left (sched/fair/review.py).  ``shed_margin`` defaults to 1.0: a
+    minute, or half the max wait, ahead: a request of a class whose max wait is a minute or
+    less is rejected at arrival when its forecast is over 1.25x that max wait; a waiting
+    request is reviewed when a minute, or half its max wait, is left, and again each time
+    what is left halves, and it leaves the queue (``expired``) when the rest of its wait is
+    forecast over what is left (sched/fair/review.py).  ``shed_margin`` defaults to 1.0: a
     request is refused only when it would wait past its max wait anyway.  On by default
     because an overdue request costs its tenant the same engine work as an early 429 and,
-    queued, it lengthens every later request's wait: on the built-in scenarios that shed at
-    arrival (whale, flood, many-light), fair's in-time goodput is 1.2-1.6x what the same
-    policy gets with it off, at a shedding precision of 93-96%, and the 75 requests burst-long
-    sheds from the queue were all late unshed (``tokenfair bench shedding``,
-    docs/BENCHMARKS.md).  Off until ``warmup_s`` of service."""
+    queued, it lengthens every later request's wait: on whale, flood and many-light fair's
+    in-time goodput is 1.3-1.7x what the same policy gets with it off, at a shedding
+    precision of 94-99%, and 79 of the 80 requests burst-long sheds from the queue were late
+    unshed (``tokenfair bench shedding``, docs/BENCHMARKS.md).  Off until ``warmup_s`` of service."""
 
     shed_over_max_wait: bool = True
     shed_margin: float = Field(default=1.0, gt=0)

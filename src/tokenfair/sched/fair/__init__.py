@@ -6,7 +6,7 @@ built and tested alone (``tests/test_fair_parts.py``):
   ``roster.TenantRoster``       the tenants (``tenant.TenantState``), active weight, running count
   ``admission.AdmissionControl`` layer 1: queue bounds, concurrency, token rate, KV quota, reservations
   ``forecast.WaitForecaster``   the wait forecast that sheds at arrival (max waits up to a minute)
-  ``review.QueueReview``        sheds from the queue a minute before a longer max wait
+  ``review.QueueReview``        sheds from the queue as a max wait nears
   ``wfq.VirtualTimeWFQ``        layer 2: virtual-time fair queueing across tenants
   ``queue.WaitingQueue``        layer 3: the waiting requests in their order (``ordering.py``)
   ``picking.Picker``            ``pick``: forced heads (``guarantee.py``), min shares, WFQ
