@@ -223,14 +223,23 @@ def test_in_the_simulator_no_long_wait_class_is_shed_at_arrival_and_the_shed_end
     assert scores["on"]["outcomes"] == {"expired": {"overloaded": scores["shed"]}}
 
 
-def test_an_idle_engine_wakes_for_the_next_review():
-    """Nothing runs and nothing arrives: the scheduler's next wake-up is the first review
-    due, so a request that cannot start is judged then, not at the next event."""
+def test_a_queue_held_by_a_rate_limit_wakes_for_the_next_review():
+    """A tenant whose token bucket is empty for minutes: the scheduler's next wake-up is the
+    first review due, not the bucket's refill, so a request that cannot start in time is
+    judged then.  Without a rate-limit wake-up there is none (what waits while nothing runs
+    can never start: the loop fails it at once)."""
     from tokenfair.sched.registry import make_policy
     from tokenfair.sched.scheduler import IterationScheduler
-    sched = IterationScheduler(make_policy("fair"), CONTRACT, load_profile(None))
-    assert sched.policy_wakeup(0.0) == float("inf")
-    sched.add_request(_req(0, 5.0, klass="chat"), 5.0)
-    sched.add_request(_req(1, 6.0), 6.0)                                  # batch: 300 s
-    assert sched.policy_wakeup(6.0) == 5.0 + 30.0 / 2
-    assert sched.after_empty_step(6.0, next_arrival_s=100.0) == 20.0
+    limited = parse_contract({**CONTRACT.model_dump(mode="json", exclude={"version"}),
+                              "tenants": {"a": {"rate_limit": {"tokens_per_s": 1, "burst_tokens": 50}}}})
+    sched = IterationScheduler(make_policy("fair"), limited, load_profile(None))
+    sched.add_request(_req(0, 0.0, klass="chat"), 0.0)
+    assert [r.request_id for r, _ in sched.schedule(0.0).prefill] == ["r0"]     # the bucket goes negative
+    sched.add_request(_req(1, 1.0, klass="chat"), 1.0)
+    refill = sched.policy.admission.wakeup(sched.policy.roster.rate_limited, 1.0)
+    # r0's review (15 s; r0 runs, so it finds nothing to do), then r1's, long before the refill
+    assert refill > 100.0 and sched.policy_wakeup(1.0) == 0.0 + 30.0 / 2
+    assert sched.policy.expire(15.0) == [] and sched.policy_wakeup(15.0) == 1.0 + 30.0 / 2
+    free = IterationScheduler(make_policy("fair"), CONTRACT, load_profile(None))
+    free.add_request(_req(2, 5.0, klass="chat"), 5.0)
+    assert free.policy.review.next_due_s() == 20.0 and free.policy_wakeup(5.0) == float("inf")

@@ -3,8 +3,8 @@
 ``FairPolicy`` is a facade: the mechanics (``sched/scheduler.py``) ask it their questions
 and it routes each to the parts that answer it (``__init__.py`` lists them), in the order
 the parts must see the changes.  A request whose predicted wait exceeds its class's max
-wait is shed: at arrival when that max wait is a minute or less (``forecast.py``), else
-from the queue a minute before it (``review.py``).  ``pick`` order (``picking.py``):
+wait is shed: at arrival when that max wait is a minute or less and the forecast is clearly
+over it (``forecast.py``), and from the queue as its max wait nears (``review.py``).  ``pick`` order (``picking.py``):
   1. a forced head (``guarantee.py``): a request past its class's max wait, or the head of
      a tenant backlogged with nothing running for its grace, whose tenant is not over its
      fair share (S_i <= V + C / w_i) -- a starving one also while its finish tag is within
@@ -19,6 +19,8 @@ charges are corrected as tokens are produced (``accounting.py``).  Options: ``or
 """
 
 from __future__ import annotations
+
+import math
 
 from mypy_extensions import mypyc_attr
 
@@ -277,8 +279,11 @@ class FairPolicy(Policy):
 
     def next_wakeup(self, now: float) -> float:
         """The rate limits' next wake-up, or the next queue review if sooner (``review.py``:
-        a request due for review while nothing runs is judged then, not at the next event)."""
-        return min(self.admission.wakeup(self.roster.rate_limited, now), self.review.next_due_s())
+        a request due for review while only a rate limit holds the queue is judged then).
+        Without a rate-limit wake-up, none: what waits while nothing runs can never start,
+        and the loop fails it at once (``IterationScheduler.after_empty_step``)."""
+        wake = self.admission.wakeup(self.roster.rate_limited, now)
+        return min(wake, self.review.next_due_s()) if wake < math.inf else wake
 
     # -- the step's shape ------------------------------------------------------------------
     def prefill_budget(self, last_step: tuple[int, int, list[Request]], now: float) -> int:
