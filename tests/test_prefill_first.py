@@ -1,10 +1,10 @@
 """The top-up extends a light prompt before a heavy chunk (``Policy.prefill_first``;
 sched/fair/batching.py).
 
-On burst-long (seed 2, shedding off) a document past its max wait is forced into the step; a streaming
-tenant's prompt admitted after it got what the TPOT-shaped budget left (192 of 353 tokens),
-and the step's extra budget then extended the document's chunk, so the stream's first token
-came a step later."""
+On burst-long (seed 2, shedding off) a document past its max wait is forced into the step;
+a streaming tenant's prompt admitted after it got what the TPOT-shaped budget left (192 of
+353 tokens), and the step's extra budget then extended the document's chunk, so the
+stream's first token came a step later."""
 
 import pytest
 
