@@ -8,7 +8,7 @@ Per (tenant, class) a heap ordered by *virtual deadline* (EDF with aging folded 
 so requests with a contract deadline sooner than the class's wait bound go first (EDF),
 others in arrival order, and predicted remaining tokens and KV cost break ties.  A request
 keeps its place whether or not it can still get its first token within the max wait: one
-that cannot is shed from the queue by the review a minute before (``review.py``), not
+that cannot is shed from the queue by a review as its max wait nears (``review.py``), not
 passed.  Across a tenant's classes the head with the highest effective priority wins
 (:func:`best_head`)::
 
