@@ -14,7 +14,8 @@ and their waits unshed.  Each wrongly shed request is put in one kind:
 * ``just over``: else its forecast was at most ``JUST_OVER`` x its limit;
 * ``well over``: the rest.
 
-The summary counts the mixes whose shedding precision is under the acceptance minimum and
+Each kind is split by where the request was shed: ``at arrival`` or ``at review`` (from the
+queue, as its max wait neared).  The summary counts the mixes whose shedding precision is under the acceptance minimum and
 their wrongly shed requests by kind.
 
     python scripts/shed_misses.py [--seeds 0-59] [--scenario NAME] [--profile NAME]
@@ -64,6 +65,11 @@ def kind_of(x: Shed, last_arrival_s: float) -> str:
     return "just over" if x.forecast_s <= JUST_OVER * x.limit_s else "well over"
 
 
+def where_of(x: Shed) -> str:
+    """Where a shed request was shed: at its arrival, or from the queue at a review."""
+    return "at arrival" if x.shed_s == x.arrival_s else "at review"
+
+
 def shed_groups(wl: Workload, contract: Contract,
                 profile: Profile) -> tuple[int, int, dict[tuple[str, str], list[Shed]]]:
     """(shed, of them waited past their max wait unshed, (tenant, class) -> its shed requests)."""
@@ -101,7 +107,7 @@ def main() -> None:
             continue
         last = max(r.arrival_s for r in wl.rows)
         precision = num_late / num_shed
-        mine = Counter(kind_of(x, last) for xs in groups.values() for x in xs if not x.late)
+        mine = Counter(f"{kind_of(x, last)} {where_of(x)}" for xs in groups.values() for x in xs if not x.late)
         print(f"seed {seed}: shed {num_shed}, precision {precision:.0%}, last arrival {last:.1f} s; wrongly shed: "
               + ", ".join(f"{kind} {k}" for kind, k in mine.most_common()), flush=True)
         for (tenant, klass), xs in groups.items():

@@ -40,16 +40,18 @@ def test_the_forecast_is_read_from_a_real_shedding_reason():
     margin = contract.admission.shed_margin
     kinds = set()
     for arrival, shed_at, forecast, limit, unshed_wait, max_wait, late in entries:
+        where = sm.where_of(sm.Shed(arrival, shed_at, forecast, limit, unshed_wait, max_wait, late))
+        kinds.add(where)
         if shed_at == arrival:                              # at arrival (30-60 s classes)
-            kinds.add("arrival")
+            assert where == "at arrival"
             assert limit == round(margin * max_wait, 1) and forecast > SHED_DOUBT_FACTOR * limit
         else:                                               # at a review, against what was left
-            kinds.add("queue")
+            assert where == "at review"
             assert arrival < shed_at < arrival + max_wait and forecast > limit
             assert abs(limit - margin * (arrival + max_wait - shed_at)) <= 0.05 + 1e-9
         # waited past its max wait unshed exactly when its unshed wait says so
         assert late == (unshed_wait is None or unshed_wait > max_wait)
-    assert kinds == {"arrival", "queue"}
+    assert kinds == {"at arrival", "at review"}
     with pytest.raises(ValueError, match="no forecast"):
         sm.forecast_of("queue full")
     assert sm.forecast_of("overloaded: queued 240s: predicted wait 75.2s more exceeds 60.0s (class 'batch' "
