@@ -15,8 +15,8 @@ and their waits unshed.  Each wrongly shed request is put in one kind:
 * ``well over``: the rest.
 
 Each kind is split by where the request was shed: ``at arrival`` or ``at review`` (from the
-queue, as its max wait neared).  The summary counts the mixes whose shedding precision is under the acceptance minimum and
-their wrongly shed requests by kind.
+queue, as its max wait neared).  The summary counts the mixes whose shedding precision is
+under the acceptance minimum and their wrongly shed requests by kind.
 
     python scripts/shed_misses.py [--seeds 0-59] [--scenario NAME] [--profile NAME]
 """
