@@ -122,7 +122,8 @@ class AdmissionSpec(_Frozen):
     queued, it lengthens every later request's wait: on whale, flood and many-light fair's
     in-time goodput is 1.3-1.7x what the same policy gets with it off, at a shedding
     precision of 94-99%, and 79 of the 80 requests burst-long sheds from the queue were late
-    unshed (``tokenfair bench shedding``, docs/BENCHMARKS.md).  Off until ``warmup_s`` of service."""
+    unshed (``tokenfair bench shedding``, docs/BENCHMARKS.md).  Off until ``warmup_s`` of
+    service."""
 
     shed_over_max_wait: bool = True
     shed_margin: float = Field(default=1.0, gt=0)

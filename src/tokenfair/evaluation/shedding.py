@@ -2,9 +2,10 @@
 
 A request is *shed* when the policy refused it for its predicted wait (reason code
 ``overloaded``): at arrival (``rejected``) or from the queue (``expired``, fair's reviews as
-its max wait nears, ``sched/fair/review.py``).  With the same workload, contract (shedding switched off) and profile
-run again, a shed request *would have waited past its max wait* when, unshed, its wait
-(admission, or its end if it never ran, minus arrival) exceeded its class's ``max_wait_s``.
+its max wait nears, ``sched/fair/review.py``).  With the same workload, contract (shedding
+switched off) and profile run again, a shed request *would have waited past its max wait*
+when, unshed, its wait (admission, or its end if it never ran, minus arrival) exceeded its
+class's ``max_wait_s``.
 
   precision = |shed and would have waited past|  /  |shed|
   recall    = |shed and would have waited past|  /  |waited past, unshed|

@@ -47,21 +47,23 @@ class ArrivalCosts:
     def remove(self, req: Request) -> None:
         """``req`` leaves the queue (taken, shed, expired): its slot is 0.0 from now."""
         i = self.position.pop(req)
-        cost = self.costs[i]
+        self._replace_ahead(i, self.costs[i], 0.0)
         self.costs[i] = 0.0
-        befores = self.befores
-        for j, k in enumerate(self.cursors):
-            if i < k:
-                befores[j] = max(0.0, befores[j] - cost)
 
     def reprice(self, req: Request, cost: float) -> None:
         """``req``'s predicted cost is ``cost`` now (new cost weights)."""
         i = self.position[req]
+        self._replace_ahead(i, self.costs[i], cost)
+        self.costs[i] = cost
+
+    def _replace_ahead(self, i: int, old: float, new: float) -> None:
+        """Position ``i``'s cost goes from ``old`` to ``new``: every cursor past it updates
+        its ``before`` at once (``b - old + new``; ``+ 0.0`` leaves a removal's ``b - old``
+        as it is).  O(rounds)."""
         befores = self.befores
         for j, k in enumerate(self.cursors):
             if i < k:
-                befores[j] = max(0.0, befores[j] - self.costs[i] + cost)
-        self.costs[i] = cost
+                befores[j] = max(0.0, befores[j] - old + new)
 
     def cost_before(self, req: Request, round_: int = 0) -> float:
         """The predicted cost of the waiting requests pushed before ``req`` (waiting), read

@@ -4,7 +4,8 @@
 and it routes each to the parts that answer it (``__init__.py`` lists them), in the order
 the parts must see the changes.  A request whose predicted wait exceeds its class's max
 wait is shed: at arrival when that max wait is a minute or less and the forecast is clearly
-over it (``forecast.py``), and from the queue as its max wait nears (``review.py``).  ``pick`` order (``picking.py``):
+over it (``forecast.py``), and from the queue as its max wait nears (``review.py``).
+``pick`` order (``picking.py``):
   1. a forced head (``guarantee.py``): a request past its class's max wait, or the head of
      a tenant backlogged with nothing running for its grace, whose tenant is not over its
      fair share (S_i <= V + C / w_i) -- a starving one also while its finish tag is within
