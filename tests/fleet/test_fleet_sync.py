@@ -113,9 +113,11 @@ def test_rate_limited_tenant_gets_429s_from_the_fleet_limit(redis_server, shared
     """Tenant r (300 cost/s, max wait 0.4 s) with 6 clients per gateway over three: a
     gateway's own clients never queue more than ~0.3 s of r's rate, so a door that looked at
     its own bucket and queue would not refuse; the fleet's bucket and queues (three times
-    that) do, at every gateway, with headers from the fleet's bucket.  The probes (a seventh
-    client per gateway, looking for a 429's headers) run in the fleet case only: beside
-    independent doors they would only bring each gateway's queue nearer its max wait."""
+    that) do, at every gateway, with headers from the fleet's bucket.  Independent gateways
+    may still shed ``overloaded`` when a loaded machine drains slowly; that is the scheduler,
+    not the door.  The probes (a seventh client per gateway, looking for a 429's headers) run
+    in the fleet case only: beside independent doors they would only bring each gateway's
+    queue nearer its max wait."""
     c = _tight_contract()
     spec = FleetSpec(num_gateways=3, num_backends=2, backend_concurrency=16, token_delay_s=0.001,
                      redis_url=redis_server.url if shared else None, fleet="door", heartbeat_s=0.05)
@@ -143,9 +145,15 @@ def test_rate_limited_tenant_gets_429s_from_the_fleet_limit(redis_server, shared
             t.join()
         per_gateway = [sum(1 for x in gw.records.items if x["status"] == "rejected"
                            and x["reason"].startswith("rate_limited")) for gw in fleet.gateways]
+        shed = [x["reason"] for gw in fleet.gateways for x in gw.records.items
+                if x["status"] in ("rejected", "expired") and not x["reason"].startswith("rate_limited")]
     counts = out.counts["r"]
     if not shared:
-        assert counts.get("429", 0) == 0 and sum(per_gateway) == 0, (counts, per_gateway)
+        # no door refuses for the rate limit; a machine too loaded to drain 0.4 s of queue in
+        # time may still shed (the scheduler's ``overloaded``), and each such 429 is on record
+        assert sum(per_gateway) == 0, (counts, per_gateway)
+        assert counts.get("429", 0) == len(shed), (counts, shed)
+        assert all(r.startswith(("overloaded", "queue_full")) for r in shed), shed
         return
     assert counts.get("429", 0) > 0 and counts.get("200", 0) > 0, counts
     assert sum(1 for n in per_gateway if n > 0) >= 2, per_gateway
