@@ -6,7 +6,7 @@ Usage: python scripts/acceptance.py [--seed N] [--profile NAME] [--scenarios hol
 import argparse
 
 from tokenfair.evaluation.acceptance import evaluate_scenario
-from tokenfair.core.costmodel import load_profile
+from tokenfair.core.costmodel import ProfileError, load_profile
 from tokenfair.workloads.scenarios import SCENARIOS
 
 
@@ -43,7 +43,10 @@ def main() -> None:
     ap.add_argument("--rate-scale", type=float, default=1.0,
                     help="compress each scenario's arrivals in time by this factor (the same requests)")
     a = ap.parse_args()
-    prof = load_profile(a.profile)
+    try:
+        prof = load_profile(a.profile)
+    except ProfileError as err:
+        ap.error(str(err))                  # exit 2
     print("| scenario | in-time goodput, M tokens: fair (fifo, vtc) | finished, M tokens: fair (fifo) "
           "| starvation events: fair (fifo, vtc) | longest service gap s: fair (vtc) "
           "| Jain among backlogged: fair (vtc) | not finished (shedding precision) | recovery cost "

@@ -13,7 +13,7 @@ tenants' service, or the streams' TPOT.
 import argparse
 
 from tokenfair.contracts.contract import Contract
-from tokenfair.core.costmodel import load_profile
+from tokenfair.core.costmodel import ProfileError, load_profile
 from tokenfair.evaluation.acceptance import LIGHT
 from tokenfair.sim.simulate import simulate
 from tokenfair.workloads.random_mix import random_mix
@@ -51,7 +51,10 @@ def main() -> None:
     a = ap.parse_args()
     if a.seed < 0:
         ap.error(f"argument --seed: a seed is 0 or more, got {a.seed}")
-    profile = load_profile(a.profile)
+    try:
+        profile = load_profile(a.profile)
+    except ProfileError as err:
+        ap.error(str(err))                  # exit 2
     if a.scenario:
         (wl, contract), light = build_scenario(a.scenario, a.seed), set(LIGHT.get(a.scenario, ()))
     else:

@@ -26,7 +26,7 @@ from collections import Counter
 from typing import Final, NamedTuple
 
 from tokenfair.contracts.contract import Contract
-from tokenfair.core.costmodel import Profile, load_profile
+from tokenfair.core.costmodel import Profile, ProfileError, load_profile
 from tokenfair.evaluation.acceptance import MIN_SHED_PRECISION
 from tokenfair.evaluation.shedding import runs_on_off, shed, wait_s, waited_past
 from tokenfair.workloads.random_mix import random_mix, seed_range_arg
@@ -97,7 +97,10 @@ def main() -> None:
                     help="a built-in scenario's seeds instead of the random mixes")
     ap.add_argument("--profile", default=None)
     a = ap.parse_args()
-    profile = load_profile(a.profile)
+    try:
+        profile = load_profile(a.profile)
+    except ProfileError as err:
+        ap.error(str(err))                  # exit 2
     kinds: Counter[str] = Counter()
     missed = []
     for seed in a.seeds:

@@ -78,3 +78,6 @@ def test_the_script_refuses_bad_arguments_with_exit_2():
     for args in (["--seeds", "5-2"], ["--seeds", "x"], ["--scenario", "nope"]):
         res = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True)
         assert res.returncode == 2 and args[0] in res.stderr, (args, res.stderr)
+    res = subprocess.run([sys.executable, str(SCRIPT), "--seeds", "0", "--profile", "nosuch"], capture_output=True,
+                         text=True)
+    assert res.returncode == 2 and "profile 'nosuch'" in res.stderr and "Traceback" not in res.stderr, res.stderr

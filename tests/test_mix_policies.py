@@ -52,3 +52,5 @@ def test_bad_arguments_exit_2():
     for args in (["--seed", "-1"], ["--seed", "x"], [], ["--seed", "0", "--scenario", "nope"]):
         p = _run(*args)
         assert p.returncode == 2 and "error" in p.stderr, (args, p.stderr)
+    p = _run("--seed", "0", "--profile", "nosuch")
+    assert p.returncode == 2 and "profile 'nosuch'" in p.stderr and "Traceback" not in p.stderr, p.stderr
