@@ -11,9 +11,9 @@ Usage: python scripts/outside_acceptance.py [--seeds 0-59] [--profile NAME] [--j
 import argparse
 from collections import Counter
 from multiprocessing import Pool
-from typing import Any, Iterator, NamedTuple
+from typing import Iterator, NamedTuple
 
-from tokenfair.core.costmodel import ProfileError, load_profile
+from tokenfair.core.costmodel import Profile, ProfileError, load_profile
 from tokenfair.evaluation.acceptance import evaluate_workload
 from tokenfair.workloads.random_mix import random_mix, seed_range_arg
 
@@ -36,7 +36,7 @@ def _detail(name: str, failed: list) -> str:
     return f"{name}:{who} {worst.value:.3g} vs {worst.limit:.3g}"
 
 
-def evaluate_mix(seed: int, profile: Any) -> MixResult:
+def evaluate_mix(seed: int, profile: Profile) -> MixResult:
     """Mix ``seed`` under fair, fifo and vtc, judged by the acceptance criteria."""
     wl, contract, light = random_mix(seed)
     r = evaluate_workload(wl.name, wl, contract, profile, light)
