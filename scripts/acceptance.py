@@ -6,7 +6,7 @@ Usage: python scripts/acceptance.py [--seed N] [--profile NAME] [--scenarios hol
 import argparse
 
 from tokenfair.evaluation.acceptance import evaluate_scenario
-from tokenfair.core.costmodel import ProfileError, load_profile
+from tokenfair.core.costmodel import load_profile, profile_arg
 from tokenfair.workloads.scenarios import SCENARIOS
 
 
@@ -38,15 +38,12 @@ def _row(r: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--profile", default=None)
+    ap.add_argument("--profile", type=profile_arg, default=None)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--rate-scale", type=float, default=1.0,
                     help="compress each scenario's arrivals in time by this factor (the same requests)")
     a = ap.parse_args()
-    try:
-        prof = load_profile(a.profile)
-    except ProfileError as err:
-        ap.error(str(err))                  # exit 2
+    prof = load_profile(a.profile)
     print("| scenario | in-time goodput, M tokens: fair (fifo, vtc) | finished, M tokens: fair (fifo) "
           "| starvation events: fair (fifo, vtc) | longest service gap s: fair (vtc) "
           "| Jain among backlogged: fair (vtc) | not finished (shedding precision) | recovery cost "

@@ -33,7 +33,7 @@ from collections import Counter
 from typing import Any, Final
 
 from tokenfair.contracts.contract import Contract
-from tokenfair.core.costmodel import Profile, ProfileError, load_profile
+from tokenfair.core.costmodel import Profile, load_profile, profile_arg
 from tokenfair.evaluation.record_table import RecordTable
 from tokenfair.evaluation.acceptance import LIGHT, MAX_LIGHT_VS_ISOLATED
 from tokenfair.runtime.loop import VirtualClock, run
@@ -171,12 +171,9 @@ def main() -> None:
     ap.add_argument("--scenario", default=None, choices=SCENARIOS,
                     help="a built-in scenario's seeds instead of the random mixes")
     ap.add_argument("--window-s", type=float, default=20.0)
-    ap.add_argument("--profile", default=None)
+    ap.add_argument("--profile", type=profile_arg, default=None)
     a = ap.parse_args()
-    try:
-        profile = load_profile(a.profile)
-    except ProfileError as err:
-        ap.error(str(err))                  # exit 2
+    profile = load_profile(a.profile)
     totals = {False: Counter(), True: Counter()}
     num_tenants: Counter[bool] = Counter()
     for seed in a.seeds:

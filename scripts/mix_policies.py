@@ -13,13 +13,13 @@ tenants' service, or the streams' TPOT.
 import argparse
 
 from tokenfair.contracts.contract import Contract
-from tokenfair.core.costmodel import ProfileError, load_profile
-from tokenfair.evaluation.acceptance import LIGHT
+from tokenfair.core.costmodel import load_profile, profile_arg
+from tokenfair.evaluation.acceptance import BASELINES, LIGHT
 from tokenfair.sim.simulate import simulate
 from tokenfair.workloads.random_mix import random_mix
 from tokenfair.workloads.scenarios import SCENARIOS, build_scenario
 
-POLICIES = ("fair", "fifo", "vtc")
+POLICIES = ("fair", *BASELINES)
 
 
 def policy_line(policy: str, summary: dict, light: set[str], light_asked: int, contract: Contract) -> str:
@@ -47,14 +47,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, required=True, help="the mix's seed (or the scenario's)")
     ap.add_argument("--scenario", default=None, choices=SCENARIOS,
                     help="a built-in scenario's seed instead of a random mix")
-    ap.add_argument("--profile", default=None)
+    ap.add_argument("--profile", type=profile_arg, default=None)
     a = ap.parse_args()
     if a.seed < 0:
         ap.error(f"argument --seed: a seed is 0 or more, got {a.seed}")
-    try:
-        profile = load_profile(a.profile)
-    except ProfileError as err:
-        ap.error(str(err))                  # exit 2
+    profile = load_profile(a.profile)
     if a.scenario:
         (wl, contract), light = build_scenario(a.scenario, a.seed), set(LIGHT.get(a.scenario, ()))
     else:

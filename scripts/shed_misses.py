@@ -26,7 +26,7 @@ from collections import Counter
 from typing import Final, NamedTuple
 
 from tokenfair.contracts.contract import Contract
-from tokenfair.core.costmodel import Profile, ProfileError, load_profile
+from tokenfair.core.costmodel import Profile, load_profile, profile_arg
 from tokenfair.evaluation.acceptance import MIN_SHED_PRECISION
 from tokenfair.evaluation.shedding import runs_on_off, shed, wait_s, waited_past
 from tokenfair.workloads.random_mix import random_mix, seed_range_arg
@@ -95,12 +95,9 @@ def main() -> None:
     ap.add_argument("--seeds", type=seed_range_arg, default="0-59", help="a seed or a range LO-HI")
     ap.add_argument("--scenario", default=None, choices=SCENARIOS,
                     help="a built-in scenario's seeds instead of the random mixes")
-    ap.add_argument("--profile", default=None)
+    ap.add_argument("--profile", type=profile_arg, default=None)
     a = ap.parse_args()
-    try:
-        profile = load_profile(a.profile)
-    except ProfileError as err:
-        ap.error(str(err))                  # exit 2
+    profile = load_profile(a.profile)
     kinds: Counter[str] = Counter()
     missed = []
     for seed in a.seeds:

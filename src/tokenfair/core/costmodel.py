@@ -25,6 +25,7 @@ direction.  KV capacity (``kv_capacity_tokens``) and block size define the paged
 
 from __future__ import annotations
 
+import argparse
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -150,3 +151,13 @@ def load_profile(name_or_path: str | None) -> Profile:
         return Profile.model_validate(data)
     except ValidationError as err:
         raise ProfileError(format_errors(err, str(p))) from None
+
+
+def profile_arg(name_or_path: str) -> str:
+    """:func:`load_profile`'s argument checked as an argparse ``type`` (the scripts'
+    ``--profile``): a profile that does not load is a usage error (exit 2)."""
+    try:
+        load_profile(name_or_path)
+    except ProfileError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return name_or_path
