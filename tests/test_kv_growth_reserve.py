@@ -90,5 +90,5 @@ def test_a_kv_bound_engine_stops_admitting_into_evictions():
     a backlogged tenant was 3.4 s (vtc's 2.5 s)."""
     wl, contract = build_scenario("many-light", 0)
     s = simulate(wl, "fair", contract, load_profile("llama2-7b-a100"), isolated=False).summary
-    assert s["preemptions"] < 300 and s["recovery_cost_fraction"] < 0.03
+    assert s["preemptions"] < 300 and s["recovery_cost_fraction"] < 0.03   # 148, 2.85%
     assert s["longest_service_gap_s"] < 2.5                      # 2.1 s, the whale's
