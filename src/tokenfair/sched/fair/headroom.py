@@ -20,7 +20,7 @@ running requests will still add at their predicted output lengths stay free:
 
     need = blocks(prompt + 1) + KV_GROWTH_RESERVE * sum_r max(0, blocks(tokens_r + rem_r) - blocks_r)
 
-(``rem_r`` the predicted remaining output).  Two tenants are exempt: one with nothing
+(``rem_r`` the predicted remaining output).  Two kinds of tenant are exempt: one with nothing
 running (a starving tenant is not held for the others' growth), and one that is owed
 service (``ShareMeter.under_share``) and holds at most its weight share of the KV blocks,
 the prompt's included, and of the slots (:meth:`Headroom.owed_kv`): the others' growth
