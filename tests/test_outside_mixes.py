@@ -16,7 +16,7 @@ missing:
 * a request that can no longer make it leaves the queue then, instead of being served late
   ahead of later ones that still can: on mix 40, whose 1,225-request batch burst of a
   weight-1 tenant waits up to 500 s, fair's in-time goodput served in key order without
-  shedding is 4.36 M tokens against fifo's 4.76 M, and with the review 5.66 M.
+  shedding is 4.36 M tokens against fifo's 4.76 M, and with the review 5.49 M.
 """
 
 from tokenfair.core.costmodel import load_profile
@@ -88,10 +88,10 @@ def test_a_burst_past_its_max_wait_leaves_the_queue_it_cannot_make_and_keeps_arr
     wl, contract, _ = random_mix(40)
     fifo = simulate(wl, "fifo", contract, load_profile(None), isolated=False)
     scores = bench_shedding(wl, contract, load_profile(None))
-    assert scores["on"]["in_time_tokens"] >= fifo.summary["goodput"]["in_time_tokens"]    # 5.66 M against 4.76 M
+    assert scores["on"]["in_time_tokens"] >= fifo.summary["goodput"]["in_time_tokens"]    # 5.62 M against 4.76 M
     assert scores["off"]["in_time_tokens"] < fifo.summary["goodput"]["in_time_tokens"]    # 4.36 M unshed
-    assert scores["precision"] >= 0.95                                                     # 680 shed, 99.4%
-    assert set(scores["tenants"]) <= {"h1", "burst"} and scores["on"]["outcomes"] == {"expired": {"overloaded": 680}}
+    assert scores["precision"] >= 0.95                                                     # 712 shed, 99.4%
+    assert set(scores["tenants"]) <= {"h1", "burst"} and scores["on"]["outcomes"] == {"expired": {"overloaded": 712}}
     fair = simulate(wl, "fair", contract, load_profile(None), isolated=False)
     started = [r for r in fair.records if r["status"] == "finished"]
     assert len(started) + scores["shed"] == len(fair.records)

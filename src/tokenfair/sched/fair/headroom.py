@@ -21,13 +21,14 @@ running requests will still add at their predicted output lengths stay free:
     need = blocks(prompt + 1) + KV_GROWTH_RESERVE * sum_r max(0, blocks(tokens_r + rem_r) - blocks_r)
 
 (``rem_r`` the predicted remaining output).  Two kinds of tenant are exempt: one with nothing
-running (a starving tenant is not held for the others' growth), and one that is owed
-service (``ShareMeter.under_share``) and holds at most its weight share of the KV blocks,
-the prompt's included, and of the slots (:meth:`Headroom.owed_kv`): the others' growth
-does not keep a tenant out of the KV it is entitled to.  When the pool then runs out, the
-victim order (``preemption.py``: lowest effective priority, then furthest ahead of the
-system virtual time) decides whose request is evicted.  O(running) per admission check,
-only under pressure; nothing changes while no request evicts for KV."""
+running (a starving tenant is not held for the others' growth), and a light one
+(``ShareMeter.is_light``: under its share of service even counting what it has queued)
+that holds at most its weight share of the KV blocks, the prompt's included, and of the
+slots (:meth:`Headroom.light_within_share`): the others' growth does not keep a tenant out
+of the KV it is entitled to.  When the pool then runs out, the victim order
+(``preemption.py``: lowest effective priority, then furthest ahead of the system virtual
+time) decides whose request is evicted.  O(running) per admission check, only under
+pressure; nothing changes while no request evicts for KV."""
 
 from __future__ import annotations
 
@@ -125,7 +126,7 @@ class Headroom:
             need = self.pool.blocks_for(req.prompt_tokens + 1)
         t = self.roster.tenants[req.tenant]
         if (t.running and now - self.kv_pressure_s < KV_PRESSURE_WINDOW_S
-                and not self.owed_kv(t, need, meter, now)):
+                and not self.light_within_share(t, need, meter, now)):
             need += int(KV_GROWTH_RESERVE * self.running_growth_blocks())
         if not self.within_share(t, need, 0) and not meter.under_share(t, now):
             # beyond its KV share, a tenant that is not owed service leaves the others'
@@ -136,11 +137,11 @@ class Headroom:
             need += self.pool.blocks_for(keep.num_tokens + 1)   # the forced head's blocks stay free
         return need
 
-    def owed_kv(self, t: TenantState, prompt_blocks: int, meter: ShareMeter, now: float) -> bool:
-        """``t`` is owed service and stays within its weight share of KV (with
-        ``prompt_blocks`` more) and of slots: exempt from the KV growth reserve (module
-        docstring).  O(1)."""
-        return self.within_share(t, prompt_blocks, 0) and meter.under_share(t, now)
+    def light_within_share(self, t: TenantState, prompt_blocks: int, meter: ShareMeter, now: float) -> bool:
+        """``t`` is light and stays within its weight share of KV (with ``prompt_blocks``
+        more) and of slots: exempt from the KV growth reserve (module docstring).
+        O(classes)."""
+        return self.within_share(t, prompt_blocks, 0) and meter.is_light(t, now)
 
     def note_kv_pressure(self, now: float) -> None:
         """A running request needs KV blocks that are not free (an eviction follows)."""
