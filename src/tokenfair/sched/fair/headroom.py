@@ -24,7 +24,7 @@ running requests will still add at their predicted output lengths stay free:
 running (a starving tenant is not held for the others' growth), and a light one
 (``ShareMeter.is_light``: under its share of service even counting what it has queued)
 that holds at most its weight share of the KV blocks, the prompt's included, and of the
-slots (:meth:`Headroom.light_within_share`): the others' growth does not keep a tenant out
+slots (:meth:`Headroom.blocks_to_admit`): the others' growth does not keep a tenant out
 of the KV it is entitled to.  When the pool then runs out, the victim order
 (``preemption.py``: lowest effective priority, then furthest ahead of the system virtual
 time) decides whose request is evicted.  O(running) per admission check, only under
@@ -125,10 +125,12 @@ class Headroom:
             # KV-aware: the whole prompt must fit now, so an admitted prefill is not evicted
             need = self.pool.blocks_for(req.prompt_tokens + 1)
         t = self.roster.tenants[req.tenant]
+        within = self.within_share(t, need, 0)
         if (t.running and now - self.kv_pressure_s < KV_PRESSURE_WINDOW_S
-                and not self.light_within_share(t, need, meter, now)):
+                and not (within and meter.is_light(t, now))):    # a light tenant within its share: exempt
             need += int(KV_GROWTH_RESERVE * self.running_growth_blocks())
-        if not self.within_share(t, need, 0) and not meter.under_share(t, now):
+            within = self.within_share(t, need, 0)
+        if not within and not meter.under_share(t, now):
             # beyond its KV share, a tenant that is not owed service leaves the others'
             # headroom free; one that is owed service (a prompt larger than its share,
             # say) is not blocked by reservations, or it could wait for ever
@@ -136,12 +138,6 @@ class Headroom:
         if keep is not None and keep.tenant != req.tenant:
             need += self.pool.blocks_for(keep.num_tokens + 1)   # the forced head's blocks stay free
         return need
-
-    def light_within_share(self, t: TenantState, prompt_blocks: int, meter: ShareMeter, now: float) -> bool:
-        """``t`` is light and stays within its weight share of KV (with ``prompt_blocks``
-        more) and of slots: exempt from the KV growth reserve (module docstring).
-        O(classes)."""
-        return self.within_share(t, prompt_blocks, 0) and meter.is_light(t, now)
 
     def note_kv_pressure(self, now: float) -> None:
         """A running request needs KV blocks that are not free (an eviction follows)."""
