@@ -18,6 +18,7 @@ fast run's, ``tests/test_fastforward.py``) and reads the fair policy's headroom 
 step.
 """
 import argparse
+import bisect
 import math
 from multiprocessing import Pool
 from typing import Any, NamedTuple
@@ -81,7 +82,8 @@ def held_by_headroom(wl: Workload, contract: Contract, profile: Profile,
     for r in res.requests:
         if r.request_id not in late.get(r.tenant, ()):
             continue
-        waited = [h for s, h in zip(sched.starts, sched.held) if r.arrival_s <= s < r.scheduled_s]
+        waited = sched.held[bisect.bisect_left(sched.starts, r.arrival_s):
+                            bisect.bisect_left(sched.starts, r.scheduled_s)]
         if waited and 2 * sum(r.tenant in h for h in waited) >= len(waited):
             counts[r.tenant] += 1
     return counts
