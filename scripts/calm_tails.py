@@ -62,9 +62,7 @@ class HeldLog(IterationScheduler):
         held = set()
         if n < self.max_running:
             for t in policy.roster.tenants.values():
-                if (t.num_waiting and n + 1 > self.max_running - policy.headroom.reserved(t, n)[1]
-                        and not policy.headroom.within_both_shares(t, 0, 1)
-                        and not policy.meter.is_light(t, now)):
+                if t.num_waiting and policy.headroom.holds_slot(t, n, policy.meter, now):
                     held.add(t.name)
         self.starts.append(now)
         self.held.append(frozenset(held))

@@ -115,6 +115,16 @@ class Headroom:
             return (0, 0)
         return (max(self.headroom_blocks, int(blocks)), max(self.headroom_slots, int(slots)))
 
+    def holds_slot(self, t: TenantState, num_running: int, meter: ShareMeter, now: float,
+                   forced: bool = False) -> bool:
+        """The slots kept for the other tenants within their share (:meth:`reserved`) hold
+        ``t``'s next admission: taking a slot would leave fewer free than they keep, and ``t``
+        is neither within its share (of slots and KV, and of service) nor light; ``forced``:
+        the request is the forced head, never held.  A query (in this order: the step's
+        reservations are read first, as admission always read them)."""
+        return (num_running + 1 > self.max_running - self.reserved(t, num_running)[1]
+                and not self.within_both_shares(t, 0, 1) and not forced and not meter.is_light(t, now))
+
     def blocks_to_admit(self, req: Request, first_chunk: int, meter: ShareMeter, keep: Request | None,
                         now: float) -> int:
         """Free blocks that must exist before ``req`` is admitted (the fair policy's

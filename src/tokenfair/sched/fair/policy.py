@@ -249,14 +249,10 @@ class FairPolicy(Policy):
         keep = self.picker.reserve
         if keep is not None and keep.tenant != req.tenant and num_running + 2 > max_running:
             return False                        # the forced head's slot stays free
-        # the slots kept for the tenants within their share (of slots and KV, and of
-        # service: headroom.py) do not hold a tenant within its share, a light tenant, nor a
+        # the slots kept for the tenants within their share (headroom.py) do not hold a
         # forced head (its tenant is within its share, or starving within the lead that
         # guarantee.py allows)
-        reserved_slots = self.headroom.reserved(t, num_running)[1]
-        if (num_running + 1 > max_running - reserved_slots
-                and not self.headroom.within_both_shares(t, 0, 1)
-                and req is not self.picker.forced_head and not self.meter.is_light(t, now)):
+        if self.headroom.holds_slot(t, num_running, self.meter, now, req is self.picker.forced_head):
             return False
         return self.admission.can_admit(t, req, num_running, self.costs.predicted(req), now)
 
