@@ -146,3 +146,48 @@ def test_exact_on_random_workloads(rows, policy, kv_tokens, decode_weight):
     trace = tuple(TraceRow(f"r{i}", t, ten, p, o, klass=k, max_tokens=m)
                   for i, (t, ten, p, o, k, m) in enumerate(sorted(rows, key=lambda x: x[0])))
     _assert_exact(Workload("random", trace), policy, contract, prof, expect_fast_forward=None)
+
+
+def _counted_run(wl, policy, contract, profile, fast):
+    """A run that records no timeline (as the isolated baselines' runs), and its engine."""
+    from tokenfair.runtime.loop import VirtualClock, run
+    from tokenfair.runtime.step_counter import StepCounter
+    from tokenfair.sim.engine import RowFedEngine, SimEngine
+    from tokenfair.sim.fastforward import fast_forward
+    engine = SimEngine(profile)
+    res = run(wl.rows, contract, IterationScheduler(make_policy(policy), contract, profile), RowFedEngine(engine),
+              VirtualClock(), fast_forward=fast_forward if fast else None, recorder=StepCounter(contract.costs))
+    return res, engine
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("profile_name", [None, "vtc-a10g-llama2-7b"])
+def test_runs_nobody_reads_step_by_step_are_summed_exactly(policy, profile_name):
+    """Where neither the policy nor the recorder reads a decode run's step times (fifo, sjf
+    and priority without a timeline), the run is summed without lists: the requests, the end
+    time, the step count and the engine's busy time are stepping's, bit for bit; vtc and
+    fair read them and are given the lists."""
+    profile = load_profile(profile_name)
+    wl, contract = build_scenario("burst", 0)
+    fast, fast_engine = _counted_run(wl, policy, contract, profile, True)
+    slow, slow_engine = _counted_run(wl, policy, contract, profile, False)
+    summed = not fast.scheduler.policy.reads_run_steps()
+    assert summed == (policy in ("fifo", "sjf", "priority"))
+    assert (fast.recorder.num_counted_runs > 0) == summed and slow.recorder.num_counted_runs == 0
+    assert fast.scheduler.num_fast_forwarded_steps > 0
+    assert [request_record(r) for r in fast.requests] == [request_record(r) for r in slow.requests]
+    assert (fast.end_s, fast.recorder.num_steps, fast_engine.busy_s) == \
+        (slow.end_s, slow.recorder.num_steps, slow_engine.busy_s)
+
+
+@pytest.mark.parametrize("profile_name", [None, "vtc-a10g-llama2-7b"])
+def test_a_summed_decode_run_is_the_listed_one(profile_name):
+    cost = load_profile(profile_name).cost
+    for ctx, n, now, stop_s, k_max in [(0, 1, 0.0, float("inf"), 1), (5000, 37, 12.5, 13.0, 10_000),
+                                       (123_456, 250, 3.0, float("inf"), 700), (10, 3, 5.0, 5.0, 50)]:
+        ends, durations = cost.decode_run(ctx, n, now, stop_s, k_max)
+        busy = 0.25
+        for dt in durations:
+            busy += dt
+        expected = (len(ends), ends[-1], busy, durations[-1]) if ends else (0, now, 0.25, 0.0)
+        assert cost.decode_run_end(ctx, n, now, stop_s, k_max, 0.25) == expected

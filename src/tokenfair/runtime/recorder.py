@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from array import array
 from collections import defaultdict
-from typing import Callable
+from typing import Callable, ClassVar
 
 from ..contracts.contract import CostWeights
 from ..core.exactfloat import add_repeated
@@ -69,6 +69,9 @@ def _series(series: dict[str, Series], name: str) -> Series:
 
 
 class Recorder:
+    # record_run reads each step's end and duration (False: record_steps counts them instead)
+    reads_steps: ClassVar[bool] = True
+
     def __init__(self, costs: CostWeights, bucket_s: float = 1.0) -> None:
         self.costs = costs
         self.bucket_s = bucket_s
@@ -129,6 +132,10 @@ class Recorder:
         self.kv_usage[b] = kv_usage
         self.num_steps += 1
         self.busy_s += duration_s
+
+    def record_steps(self, num_steps: int) -> None:
+        """Only for a recorder whose ``reads_steps`` is False (runtime/step_counter.py)."""
+        raise TypeError("this recorder reads each step's end and duration: call record_run")
 
     def record_run(self, tenants: dict[str, int], classes: dict[str, int], step_ends: list[float],
                    step_durations: list[float], usage_after: Callable[[int], float],

@@ -9,14 +9,22 @@ per-step bucket work.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, ClassVar
 
+from ..contracts.contract import CostWeights
 from ..sched.interface import SchedulerOutput
 from .recorder import Recorder
 
 
 class StepCounter(Recorder):
-    """Invariant: ``num_steps`` counts the steps recorded; every series stays empty."""
+    """Invariant: ``num_steps`` counts the steps recorded; every series stays empty;
+    ``num_counted_runs`` counts the decode runs recorded by :meth:`record_steps`."""
+
+    reads_steps: ClassVar[bool] = False      # decode runs call record_steps
+
+    def __init__(self, costs: CostWeights, bucket_s: float = 1.0) -> None:
+        super().__init__(costs, bucket_s)
+        self.num_counted_runs = 0
 
     def record_step(self, out: SchedulerOutput, t_end: float, duration_s: float,
                     num_waiting: int, num_running: int, kv_usage: float) -> None:
@@ -26,3 +34,9 @@ class StepCounter(Recorder):
                    step_durations: list[float], usage_after: Callable[[int], float],
                    running_after: int) -> None:
         self.num_steps += len(step_ends)
+
+    def record_steps(self, num_steps: int) -> None:
+        """A fast-forwarded run of ``num_steps`` decode-only steps (``record_run`` without the
+        times it does not read)."""
+        self.num_steps += num_steps
+        self.num_counted_runs += 1

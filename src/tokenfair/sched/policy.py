@@ -91,6 +91,14 @@ class Policy:
         """``supports_fast_forward``, unless this policy's configuration rules it out."""
         return self.supports_fast_forward
 
+    def reads_run_steps(self) -> bool:
+        """Whether :meth:`on_fast_forward` reads anything: False only for a policy that keeps
+        this class's ``on_fast_forward`` and every hook it replays (``on_decoded``,
+        ``on_served``, ``on_step_end``): then a decode run need not list its steps for it."""
+        cls = type(self)
+        return not (cls.on_fast_forward is Policy.on_fast_forward and cls.on_decoded is Policy.on_decoded
+                    and cls.on_served is Policy.on_served and cls.on_step_end is Policy.on_step_end)
+
     # -- waiting queue ---------------------------------------------------------------
     def on_arrival(self, req: Request, now: float) -> Reason | None:
         """Reject reason for a new request, or None to accept it (then it is enqueued)."""

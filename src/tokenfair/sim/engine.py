@@ -117,3 +117,11 @@ class RowFedEngine:
 
     def advance(self, durations: list[float]) -> None:
         self.engine.advance(durations)
+
+    @property
+    def busy_s(self) -> float:
+        return self.engine.busy_s
+
+    def set_busy_s(self, busy_s: float) -> None:
+        """A fast-forwarded run's busy time, its durations added in order (``advance``'s sum)."""
+        self.engine.busy_s = busy_s

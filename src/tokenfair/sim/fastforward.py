@@ -15,7 +15,11 @@ step in which a request finishes (true length or ``max_tokens``):
     a segment stops before a step whose block growth the pool could not hold (eviction goes
     through the normal path) and before the step at which the next arrival is due;
   * the policy gets ``on_fast_forward`` (exactly what ``on_decoded`` + ``on_step_end`` per
-    step would leave), the engine its busy time, the recorder ``record_run``;
+    step would leave), the engine its busy time, the recorder ``record_run``; where neither
+    the policy nor the recorder reads the steps' times (``Policy.reads_run_steps``,
+    ``Recorder.reads_steps``: fifo's runs of the isolated baselines), the run is summed
+    instead (``StepCost.decode_run_end``: the same float operations, no lists) and the
+    recorder counts its steps (``record_steps``);
   * the finishing step retires its requests through ``IterationScheduler.retire`` (the code
     ``update_from_output`` runs) between the policy's ``on_decoded`` and ``on_step_end``, as
     stepping does; the run then goes on with the others.
@@ -120,24 +124,36 @@ def _segment(sched: IterationScheduler, engine: RowFedEngine, recorder: Recorder
     if k_fin < 1:
         return now, 0, False, counts
     k_max = k_fin if n * (k_fin // pool.block_size + 1) <= pool.num_free else _kv_bound(running, pool, k_fin)
-    ends, durations = engine.cost.decode_run(ctx, n, now, next_arrival, k_max)   # none at/after the arrival
-    k = len(ends)
+    policy = sched.policy
+    listed = policy.reads_run_steps() or recorder.reads_steps
+    if listed:
+        ends, durations = engine.cost.decode_run(ctx, n, now, next_arrival, k_max)   # none at/after the arrival
+        k = len(ends)
+    else:                                 # performance: nobody reads the steps' times
+        ends = durations = []
+        k, t, busy_s, last_s = engine.cost.decode_run_end(ctx, n, now, next_arrival, k_max, engine.busy_s)
     if k == 0:
         return now, 0, False, counts
-    policy = sched.policy
     if first:                             # as the first step's schedule() does (see above)
         policy.prefill_budget(sched.step_stats, now)
-    usage_after = _usage_after(running, pool, ends, recorder.bucket_s)
     tenants, classes = counts = counts or sched.count_by_tenant_and_class(running)
+    if listed:
+        usage_after = _usage_after(running, pool, ends, recorder.bucket_s)
     pool.grow_decodes(running, k)         # the decode path, k steps at once (sched/decode.py)
     at_max = advance_decodes(running, k, now)
-    t = ends[-1]
     finishing = k == k_fin
-    policy.on_fast_forward(running, now, ends, durations, end_last=not finishing, tenant_counts=tenants)
-    engine.advance(durations)
+    if listed:
+        t, last_s = ends[-1], durations[-1]
+        policy.on_fast_forward(running, now, ends, durations, end_last=not finishing, tenant_counts=tenants)
+        engine.advance(durations)
+    else:
+        engine.set_busy_s(busy_s)
     if finishing:
-        counts = _retire(sched, engine, running, gaps, k, at_max, t, durations[-1], counts)
-    recorder.record_run(tenants, classes, ends, durations, usage_after, len(sched.running))
+        counts = _retire(sched, engine, running, gaps, k, at_max, t, last_s, counts)
+    if listed:
+        recorder.record_run(tenants, classes, ends, durations, usage_after, len(sched.running))
+    else:
+        recorder.record_steps(k)
     sched.record_decode_run(k, n, ctx + (k - 1) * n)
     return t, k, finishing, counts
 
