@@ -67,7 +67,7 @@ def main() -> None:
     run.requests.clear()
     timeline = fleet_timeline(run)
     lap("records + fleet timeline")
-    iso_req, iso_ten = isolated_baselines(wl, args.policy, contract, profile, run.scheduler.policy)
+    iso_req, iso_ten = isolated_baselines(wl, contract, profile)
     lap("isolated baselines")
     summary = summarize(records, timeline, contract, iso_req, iso_ten)
     summary["fleet"] = fleet_summary(run, config, summary["makespan_s"])

@@ -20,7 +20,7 @@ from tokenfair.evaluation.metrics import summarize  # noqa: E402
 from tokenfair.evaluation.record_table import RecordTable  # noqa: E402
 from tokenfair.runtime.output import write_run  # noqa: E402
 from tokenfair.sim.isolated import isolated_e2e  # noqa: E402
-from tokenfair.sim.simulate import isolated_baselines, simulate_once  # noqa: E402
+from tokenfair.sim.simulate import isolated_baselines, reference_chunk, simulate_once  # noqa: E402
 from tokenfair.workloads.gc_pause import gc_paused  # noqa: E402
 
 
@@ -47,9 +47,9 @@ def main() -> None:
         recs = RecordTable.from_requests(res.requests)
         timeline = res.recorder.to_json()
         lap("records")
-        isolated_e2e(wl.rows, contract, profile, res.scheduler.policy.max_chunk())
+        isolated_e2e(wl.rows, contract, profile, reference_chunk(contract))
         lap("isolated, closed form (timed alone)")
-        iso_req, iso_ten = isolated_baselines(wl, args.policy, contract, profile, res.scheduler.policy)
+        iso_req, iso_ten = isolated_baselines(wl, contract, profile)
         lap("isolated baselines (both)")
         summary = summarize(recs, timeline, contract, iso_req, iso_ten)
         lap("metrics")

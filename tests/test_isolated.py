@@ -99,3 +99,32 @@ def test_a_run_without_timeline_ends_the_same(policy):
     assert bare.end_s == full.end_s and bare.recorder.num_steps == full.recorder.num_steps > 0
     assert not bare.recorder.tenant_service and not bare.recorder.kv_usage   # nothing recorded
     assert full.recorder.tenant_service
+
+
+def test_every_policy_is_measured_against_the_reference_schedulers_runs():
+    """The isolated baselines run on ``REFERENCE_POLICY`` whatever the run's policy: fifo's,
+    vtc's and fair's summaries carry the same tenant-alone figures and the same per-request
+    baseline; on hol the chat tenant alone under fair would have had another P99 TTFT, and a
+    request's closed form is prefilled in the reference scheduler's chunks, not fair's."""
+    from tokenfair.evaluation.metrics import group_metrics
+    from tokenfair.evaluation.record_table import RecordTable
+    from tokenfair.sim.simulate import (REFERENCE_POLICY, isolated_baselines, reference_chunk, simulate,
+                                        simulate_once)
+    from tokenfair.workloads.scenarios import build_scenario
+    wl, contract = build_scenario("hol", 0)
+    profile = load_profile(None)
+    runs = {p: simulate(wl, p, contract, profile) for p in ("fifo", "vtc", "fair")}
+    isolated_of = {p: {t: m["isolated"] for t, m in out.summary["tenants"].items()} for p, out in runs.items()}
+    assert set(isolated_of["fair"]) == {"chat", "docs"}
+    assert isolated_of["fair"] == isolated_of["vtc"] == isolated_of["fifo"]
+    fair_alone = simulate_once(wl.only_tenant("chat"), "fair", contract, profile, timeline=False)
+    own = group_metrics(RecordTable.from_requests(fair_alone.requests), None)
+    assert own["ttft_s"]["p99"] != isolated_of["fair"]["chat"]["ttft_s"]["p99"]
+    assert runs["fifo"].run.scheduler.policy.max_chunk() == reference_chunk(contract) \
+        != runs["fair"].run.scheduler.policy.max_chunk()
+    iso_req, _ = isolated_baselines(wl, contract, profile)
+    long_prompt = max(wl.rows, key=lambda r: r.prompt_tokens)
+    assert iso_req[long_prompt.request_id] == isolated_latency(long_prompt, contract, profile,
+                                                               reference_chunk(contract))[1]
+    assert iso_req[long_prompt.request_id] != isolated_latency(long_prompt, contract, profile, 512)[1]
+    assert REFERENCE_POLICY == "fifo"

@@ -44,23 +44,20 @@ def test_transforms_with_the_collector_paused_give_the_same_rows():
     assert gc.isenabled()
 
 
-@pytest.mark.parametrize("policy", ["fifo", "vtc", "fair"])
-def test_isolated_tenant_metrics_from_columns_equal_those_from_dicts(policy):
+def test_isolated_tenant_metrics_from_columns_equal_those_from_dicts():
     """``isolated_baselines`` takes a tenant-alone run's records as columns
     (``RecordTable.from_requests``): the metrics equal those of ``request_record``'s dicts."""
-    from tokenfair.contracts.contract import Contract
     from tokenfair.core.costmodel import load_profile
     from tokenfair.evaluation.metrics import group_metrics, request_record
     from tokenfair.evaluation.record_table import RecordTable
-    from tokenfair.sim.simulate import isolated_baselines, simulate_once
+    from tokenfair.sim.simulate import REFERENCE_POLICY, isolated_baselines, simulate_once
     from tokenfair.workloads.scenarios import build_scenario
     wl, contract = build_scenario("whale", 0)
     profile = load_profile(None)
-    res = simulate_once(wl, policy, contract, profile)
-    _, iso_ten = isolated_baselines(wl, policy, contract, profile, res.scheduler.policy)
+    _, iso_ten = isolated_baselines(wl, contract, profile)
     assert len(iso_ten) >= 2
     for t, got in iso_ten.items():
-        alone = simulate_once(wl.only_tenant(t), policy, contract, profile, timeline=False)
+        alone = simulate_once(wl.only_tenant(t), REFERENCE_POLICY, contract, profile, timeline=False)
         assert RecordTable.from_requests(alone.requests).rows() == [request_record(r) for r in alone.requests]
         assert got == group_metrics([request_record(r) for r in alone.requests], None)
 

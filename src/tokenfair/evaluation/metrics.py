@@ -3,7 +3,8 @@
 Definitions (times in seconds from the trace origin):
   TTFT = first_token_s - arrival_s;  TPOT = (finish_s - first_token_s) / (output_tokens - 1);
   e2e = finish_s - arrival_s;  wait = (scheduled_s or finish_s) - arrival_s;
-  slowdown = shared e2e / isolated e2e (the request alone on an empty engine);
+  slowdown = shared e2e / isolated e2e (the request alone on an empty engine, prefilled in
+  the reference scheduler's chunks: ``sim/simulate.py``, the same for every policy);
   overdue request = a request whose wait exceeds its class's max_wait_s, split into those of
   a tenant within its entitled share at the time and those of one over it (``overdue.py``);
   starvation = a tenant or class backlogged and receiving no service: per tenant and class

@@ -17,7 +17,8 @@ def simulate_fleet(workload: Workload, policy: str, contract: Contract, profile:
                    config: FleetConfig, *, isolated: bool = True, max_isolated_tenants: int = 32,
                    progress: Callable[[int, int], None] | None = None) -> SimOutput:
     """Isolated baselines are the single-engine ones: each request alone on one empty
-    replica, each tenant's traffic alone on one replica under ``policy``.  The returned
+    replica, each tenant's traffic alone on one replica, both on the reference scheduler
+    (``simulate.REFERENCE_POLICY``) whatever ``policy`` is.  The returned
     run's ``requests`` is empty: once their records are taken the Request objects are let
     go (at a million requests, about 300 MB)."""
     run = simulate_fleet_once(workload, policy, contract, profile, config, progress)

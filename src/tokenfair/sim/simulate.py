@@ -1,9 +1,17 @@
-"""``simulate``: one policy on one workload in the simulator, with isolated baselines."""
+"""``simulate``: one policy on one workload in the simulator, with isolated baselines.
+
+The isolated baselines run on one reference scheduler, whatever the run's policy:
+``REFERENCE_POLICY``, vLLM V1's default (``sched/baselines/fifo.py``: arrival order, chunked
+prefill capped only by the shared token budget).  Every policy's slowdown is then measured
+against the same runs, and no policy is flattered by its own runs alone being slow (the fair
+policy's prefill chunks of ``chunk_size`` beside decodes would split a tenant's prompt over
+more steps alone than the engine needs).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Final
 
 from ..contracts.contract import Contract
 from ..core.costmodel import Profile
@@ -12,7 +20,6 @@ from ..runtime.recorder import Recorder
 from ..runtime.step_counter import StepCounter
 from ..evaluation.metrics import group_metrics, summarize
 from ..evaluation.record_table import RecordTable
-from ..sched.policy import Policy
 from ..sched.registry import make_policy
 from ..sched.scheduler import IterationScheduler
 from ..workloads.gc_pause import gc_paused
@@ -20,6 +27,9 @@ from ..workloads.workload import TraceRow, Workload
 from .engine import RowFedEngine, SimEngine
 from .fastforward import fast_forward
 from .isolated import isolated_e2e
+
+# the scheduler of the isolated baselines (module docstring)
+REFERENCE_POLICY: Final = "fifo"
 
 
 @dataclass
@@ -73,11 +83,11 @@ def run_summary(workload: Workload, policy: str, contract: Contract, profile: Pr
                 records: RecordTable | list[dict[str, Any]], timeline: dict[str, Any], sched: IterationScheduler,
                 wall_s: float, isolated: bool, max_isolated_tenants: int) -> dict[str, Any]:
     """summary.json for a run's records and timeline: metrics, isolated baselines when asked
-    (``sched``: the run's scheduler -- its policy's chunking, its predictor's report)."""
+    (``sched``: the run's scheduler -- its KV pool, its predictor's report)."""
     iso_req = iso_ten = None
     if isolated:
-        iso_req, iso_ten = isolated_baselines(workload, policy, contract, profile, sched.policy,
-                                              max_isolated_tenants, sched.pool.num_blocks * sched.pool.block_size)
+        iso_req, iso_ten = isolated_baselines(workload, contract, profile, max_isolated_tenants,
+                                              sched.pool.num_blocks * sched.pool.block_size)
     summary = summarize(records, timeline, contract, iso_req, iso_ten)
     summary.update({"policy": policy, "profile": profile.name, "workload": workload.name,
                     **contract.identity(), "sim_wall_s": wall_s,
@@ -85,16 +95,19 @@ def run_summary(workload: Workload, policy: str, contract: Contract, profile: Pr
     return summary
 
 
-def isolated_baselines(workload: Workload, policy: str, contract: Contract, profile: Profile,
-                       policy_obj: Policy, max_isolated_tenants: int = 32, capacity_tokens: int | None = None
+def reference_chunk(contract: Contract) -> int:
+    """The reference scheduler's largest prefill chunk: its whole shared token budget."""
+    return contract.engine.prefill_token_budget + contract.engine.decode_token_budget
+
+
+def isolated_baselines(workload: Workload, contract: Contract, profile: Profile,
+                       max_isolated_tenants: int = 32, capacity_tokens: int | None = None
                        ) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
     """(each request's e2e alone on an empty engine, each tenant's metrics with its traffic
-    alone under ``policy``: the ``max_isolated_tenants`` smallest tenants, when there are two
-    or more).  ``policy_obj``: the run's policy (its chunk size and budget sharing);
-    ``capacity_tokens``: the run's KV pool in tokens (prompts that never fit get no baseline)."""
-    chunk = min(policy_obj.max_chunk(), contract.engine.prefill_token_budget
-                + (contract.engine.decode_token_budget if policy_obj.shared_budget else 0))
-    iso_req = isolated_e2e(workload.rows, contract, profile, chunk, capacity_tokens)
+    alone: the ``max_isolated_tenants`` smallest tenants, when there are two or more), both
+    on ``REFERENCE_POLICY`` (module docstring).  ``capacity_tokens``: the run's KV pool in
+    tokens (prompts that never fit get no baseline)."""
+    iso_req = isolated_e2e(workload.rows, contract, profile, reference_chunk(contract), capacity_tokens)
     rows_of: dict[str, list[TraceRow]] = {}
     for r in workload.rows:
         rows_of.setdefault(r.tenant, []).append(r)
@@ -103,8 +116,8 @@ def isolated_baselines(workload: Workload, policy: str, contract: Contract, prof
     if len(tenants) > 1:
         for t in tenants[:max_isolated_tenants]:
             # the tenant's rows in trace order, as Workload.only_tenant gives them
-            alone = simulate_once(Workload(f"{workload.name}[{t}]", tuple(rows_of[t])), policy, contract,
-                                  profile, timeline=False)
+            alone = simulate_once(Workload(f"{workload.name}[{t}]", tuple(rows_of[t])), REFERENCE_POLICY,
+                                  contract, profile, timeline=False)
             # the records as columns, as the shared run's (performance: no dict per request)
             iso_ten[t] = group_metrics(RecordTable.from_requests(alone.requests), None)
     return iso_req, iso_ten
