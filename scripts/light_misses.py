@@ -2,7 +2,8 @@
 ``scripts/outside_acceptance.py`` (or a built-in scenario's seeds), under ``fair``.
 
 For every light tenant whose P99 TTFT is over ``2 x`` its isolated P99 (its traffic alone
-under the same policy and contract), each of its *late* requests (TTFT over that bound) is
+under the same contract, on the isolated baselines' reference scheduler: ``sim/simulate.py``),
+each of its *late* requests (TTFT over that bound) is
 put in one part, the largest of three:
 
 * ``step in flight``: from its arrival to the start of the next step (no step is cut short);
