@@ -344,3 +344,26 @@ def test_gate_on_in_time_goodput_gaps_overdue_and_same_horizon_throughput():
     # without vs_fifo (a summary compare did not write) the finished tokens of the whole runs count
     del s["vs_fifo"]
     assert {c.name: c for c in evaluate(s, t, base)}["throughput_ratio_vs_fifo"].value == 0.8
+
+
+def test_a_comparison_computes_the_isolated_baselines_once(monkeypatch):
+    """The isolated baselines do not depend on the policy (sim/simulate.py): a comparison
+    computes them once and every policy's summary carries what a run of its own computes."""
+    from tokenfair.sim import simulate as sim_module
+    calls: list[str] = []
+    real = sim_module.isolated_baselines
+
+    def counting(workload, *args, **kwargs):
+        calls.append(workload.name)
+        return real(workload, *args, **kwargs)
+    monkeypatch.setattr(sim_module, "isolated_baselines", counting)
+    wl = small_workload()
+    runs = compare_results(wl, CONTRACT, PROFILE, ["fifo", "vtc", "fair"], None, progress=lambda _: None)
+    assert calls == ["tiny"]
+    monkeypatch.setattr(sim_module, "isolated_baselines", real)
+    alone = sim_module.simulate(wl, "fair", CONTRACT, PROFILE).summary
+    for name, run in runs.items():
+        assert {t: m.get("isolated") for t, m in run["summary"]["tenants"].items()} == \
+            {t: m.get("isolated") for t, m in alone["tenants"].items()}, name
+        assert run["summary"]["tenants"]["small"]["slowdown"] is not None
+    assert runs["fair"]["summary"]["tenants"] == alone["tenants"]

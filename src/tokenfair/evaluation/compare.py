@@ -58,13 +58,17 @@ def compare_results(workload: Workload, contract: Contract, profile: Profile, po
                     progress: Progress = print, isolated: bool = True) -> dict[str, dict]:
     """Every policy's ``{summary, records, timeline, contract}`` (summaries carry ``gate``);
     written under ``out_dir/<policy>/`` unless ``out_dir`` is None."""
-    from ..sim.simulate import simulate
+    from ..sim.simulate import isolated_baselines, simulate
     thresholds = thresholds if thresholds is not None else load_thresholds()
     names = available_policies(policies, progress)
+    # the same for every policy (sim/simulate.py): computed once, for the first run
+    pool_tokens = profile.num_blocks * profile.block_size
+    baselines = (isolated_baselines(workload, contract, profile, capacity_tokens=pool_tokens)
+                 if isolated and names else None)
     runs: dict[str, dict] = {}
     for name in names:
         _say(progress, f"  {workload.name}: simulating {name} ({len(workload)} requests)")
-        res = simulate(workload, name, contract, profile, isolated=isolated)
+        res = simulate(workload, name, contract, profile, isolated=isolated, baselines=baselines)
         runs[name] = {"summary": res.summary, "records": res.records, "timeline": res.timeline,
                       "contract": contract}
     fifo = runs.get("fifo")

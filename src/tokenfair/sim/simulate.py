@@ -62,9 +62,17 @@ def simulate_once(workload: Workload, policy: str, contract: Contract, profile: 
     return res
 
 
+# (each request's isolated e2e, each tenant's isolated metrics): isolated_baselines' answer
+Baselines = tuple[dict[str, float], dict[str, dict[str, Any]]]
+
+
 def simulate(workload: Workload, policy: str, contract: Contract, profile: Profile, *,
              isolated: bool = True, max_isolated_tenants: int = 32,
-             progress: Callable[[int, int], None] | None = None) -> SimOutput:
+             progress: Callable[[int, int], None] | None = None,
+             baselines: Baselines | None = None) -> SimOutput:
+    """One run with its summary.  ``baselines``: :func:`isolated_baselines`' answer for this
+    workload, contract and profile, when the caller has it (they do not depend on ``policy``:
+    a comparison of policies computes them once); None: computed here if ``isolated``."""
     # performance: the collector paused while the runs go (the run and the tenant-alone runs
     # of the isolated baselines), as in the fleet loop (sim/fleet.py): about one Request and a
     # few containers per row that live to the end and no reference cycles to speak of, so
@@ -75,19 +83,21 @@ def simulate(workload: Workload, policy: str, contract: Contract, profile: Profi
         timeline = res.recorder.to_json()
         timeline["swap_s"] = res.extra.get("swap_s", 0.0)
         summary = run_summary(workload, policy, contract, profile, records, timeline, res.scheduler,
-                              res.wall_s, isolated, max_isolated_tenants)
+                              res.wall_s, isolated, max_isolated_tenants, baselines)
     return SimOutput(records, summary, timeline, res)
 
 
 def run_summary(workload: Workload, policy: str, contract: Contract, profile: Profile,
                 records: RecordTable | list[dict[str, Any]], timeline: dict[str, Any], sched: IterationScheduler,
-                wall_s: float, isolated: bool, max_isolated_tenants: int) -> dict[str, Any]:
+                wall_s: float, isolated: bool, max_isolated_tenants: int,
+                baselines: Baselines | None = None) -> dict[str, Any]:
     """summary.json for a run's records and timeline: metrics, isolated baselines when asked
-    (``sched``: the run's scheduler -- its KV pool, its predictor's report)."""
+    (``sched``: the run's scheduler -- its KV pool, its predictor's report; ``baselines``:
+    the isolated baselines already computed, else computed here)."""
     iso_req = iso_ten = None
     if isolated:
-        iso_req, iso_ten = isolated_baselines(workload, contract, profile, max_isolated_tenants,
-                                              sched.pool.num_blocks * sched.pool.block_size)
+        iso_req, iso_ten = baselines if baselines is not None else isolated_baselines(
+            workload, contract, profile, max_isolated_tenants, sched.pool.num_blocks * sched.pool.block_size)
     summary = summarize(records, timeline, contract, iso_req, iso_ten)
     summary.update({"policy": policy, "profile": profile.name, "workload": workload.name,
                     **contract.identity(), "sim_wall_s": wall_s,
@@ -101,8 +111,7 @@ def reference_chunk(contract: Contract) -> int:
 
 
 def isolated_baselines(workload: Workload, contract: Contract, profile: Profile,
-                       max_isolated_tenants: int = 32, capacity_tokens: int | None = None
-                       ) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+                       max_isolated_tenants: int = 32, capacity_tokens: int | None = None) -> Baselines:
     """(each request's e2e alone on an empty engine, each tenant's metrics with its traffic
     alone: the ``max_isolated_tenants`` smallest tenants, when there are two or more), both
     on ``REFERENCE_POLICY`` (module docstring).  ``capacity_tokens``: the run's KV pool in
