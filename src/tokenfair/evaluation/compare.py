@@ -61,7 +61,7 @@ def compare_results(workload: Workload, contract: Contract, profile: Profile, po
     from ..sim.simulate import isolated_baselines, simulate
     thresholds = thresholds if thresholds is not None else load_thresholds()
     names = available_policies(policies, progress)
-    # the same for every policy (sim/simulate.py): computed once, for the first run
+    # the same for every policy (sim/simulate.py): computed once for all the runs
     pool_tokens = profile.num_blocks * profile.block_size
     baselines = (isolated_baselines(workload, contract, profile, capacity_tokens=pool_tokens)
                  if isolated and names else None)

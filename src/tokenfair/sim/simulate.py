@@ -31,6 +31,9 @@ from .isolated import isolated_e2e
 # the scheduler of the isolated baselines (module docstring)
 REFERENCE_POLICY: Final = "fifo"
 
+# (each request's isolated e2e, each tenant's isolated metrics): isolated_baselines' answer
+Baselines = tuple[dict[str, float], dict[str, dict[str, Any]]]
+
 
 @dataclass
 class SimOutput:
@@ -60,10 +63,6 @@ def simulate_once(workload: Workload, policy: str, contract: Contract, profile: 
               fast_forward=fast_forward if fast else None, recorder=recorder)
     res.extra["swap_s"] = engine.swap_s
     return res
-
-
-# (each request's isolated e2e, each tenant's isolated metrics): isolated_baselines' answer
-Baselines = tuple[dict[str, float], dict[str, dict[str, Any]]]
 
 
 def simulate(workload: Workload, policy: str, contract: Contract, profile: Profile, *,
