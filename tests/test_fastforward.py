@@ -191,3 +191,29 @@ def test_a_summed_decode_run_is_the_listed_one(profile_name):
             busy += dt
         expected = (len(ends), ends[-1], busy, durations[-1]) if ends else (0, now, 0.25, 0.0)
         assert cost.decode_run_end(ctx, n, now, stop_s, k_max, 0.25) == expected
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=rows_strategy, policy=st.sampled_from(["fifo", "sjf", "priority"]), kv_tokens=st.integers(1500, 20000),
+       roofline=st.booleans())
+def test_summed_runs_exact_on_random_workloads(rows, policy, kv_tokens, roofline):
+    """The summed decode runs (no timeline, a policy that reads no step times) against
+    stepping, on random workloads with a small pool (evictions, swaps) and either cost form."""
+    contract = parse_contract({**_ODD, "engine": {"prefill_token_budget": 256, "decode_token_budget": 16,
+                                                  "chunk_size": 128, "max_running": 8}})
+    if roofline:
+        prof = Profile(**{**load_profile(None).model_dump(), "kv_capacity_tokens": kv_tokens * 4,
+                          "swap_capacity_tokens": 2000})
+    else:
+        prof = Profile(name="tiny", kind="linear", prefill_token_s=1e-4, prefill_batch_s=0.005,
+                       decode_base_s=0.01, decode_seq_s=1e-4, kv_capacity_tokens=kv_tokens, block_size=16,
+                       swap_capacity_tokens=2000)
+    trace = tuple(TraceRow(f"r{i}", t, ten, p, o, klass=k, max_tokens=m)
+                  for i, (t, ten, p, o, k, m) in enumerate(sorted(rows, key=lambda x: x[0])))
+    wl = Workload("random", trace)
+    fast, fast_engine = _counted_run(wl, policy, contract, prof, True)
+    slow, slow_engine = _counted_run(wl, policy, contract, prof, False)
+    assert [request_record(r) for r in fast.requests] == [request_record(r) for r in slow.requests]
+    assert (fast.end_s, fast.recorder.num_steps, fast_engine.busy_s, fast.scheduler.num_preemptions) == \
+        (slow.end_s, slow.recorder.num_steps, slow_engine.busy_s, slow.scheduler.num_preemptions)
+    assert (fast.recorder.num_counted_runs > 0) == (fast.scheduler.num_fast_forwarded_steps > 0)
