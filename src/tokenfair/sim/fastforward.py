@@ -35,7 +35,7 @@ work for its k steps, instead of O(n) Python work per step.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Final
 
 from ..core.kv import BlockPool
 from ..runtime.recorder import Recorder
@@ -45,6 +45,8 @@ from ..sched.scheduler import IterationScheduler
 from .engine import RowFedEngine
 
 Counts = tuple[dict[str, int], dict[str, int]]     # running requests per tenant, per class
+# more steps than any request runs (the min over a segment's requests starts here)
+NO_STOP: Final = 1 << 62
 
 def _kv_bound(running: list[Request], pool: BlockPool, k_max: int) -> int:
     """Largest k <= k_max whose growth fits in the pool's free blocks (growth is monotone in
@@ -117,10 +119,13 @@ def _segment(sched: IterationScheduler, engine: RowFedEngine, recorder: Recorder
     n = len(running)
     gaps: list[int] = []                  # steps until each one stops
     ctx = 0
+    k_fin = NO_STOP                       # min(gaps) (performance: native compares, not min())
     for r in running:
-        gaps.append(stop_at[r] - r.num_output)
+        g = stop_at[r] - r.num_output
+        gaps.append(g)
+        if g < k_fin:
+            k_fin = g
         ctx += r.num_computed
-    k_fin = min(gaps)
     if k_fin < 1:
         return now, 0, False, counts
     k_max = k_fin if n * (k_fin // pool.block_size + 1) <= pool.num_free else _kv_bound(running, pool, k_fin)
