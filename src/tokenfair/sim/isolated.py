@@ -1,15 +1,17 @@
 """Isolated baselines for slowdown: each request alone, and each tenant's traffic alone.
 
 A request alone on an empty engine is computed in closed form from the cost model (prefill
-in chunks of ``min(chunk_size, prefill_token_budget)``, then one decode step per output
-token it generates: its true length stopped at its max_tokens), vectorised with numpy.  :func:`isolated_latency` does one request;
+in chunks of ``chunk`` tokens -- the reference scheduler's, ``simulate.reference_chunk`` --
+then one decode step per output token it generates: its true length stopped at its
+max_tokens), vectorised with numpy.  :func:`isolated_latency` does one request;
 :func:`isolated_e2e` does a whole trace the same way in bulk: the prefill time once per
 distinct prompt length, the decode steps of all distinct prompt lengths with the same
 output length as one 2-D array summed along its rows (``np.sum(axis=1)`` over a C-contiguous
 array adds each row as ``np.sum`` adds the same 1-D array: pairwise, in the same order), so
 every value equals :func:`isolated_latency`'s bit for bit (``tests/test_isolated.py``).
 O(output tokens of the distinct length pairs) array work, O(rows) Python work.
-A tenant alone is a full simulation of its own rows under the same policy and contract.
+A tenant alone is a full simulation of its own rows under the same contract, on the
+reference scheduler whatever the run's policy (``sim/simulate.py``, ``REFERENCE_POLICY``).
 """
 
 from __future__ import annotations
