@@ -62,9 +62,7 @@ def compare_results(workload: Workload, contract: Contract, profile: Profile, po
     thresholds = thresholds if thresholds is not None else load_thresholds()
     names = available_policies(policies, progress)
     # the same for every policy (sim/simulate.py): computed once for all the runs
-    pool_tokens = profile.num_blocks * profile.block_size
-    baselines = (isolated_baselines(workload, contract, profile, capacity_tokens=pool_tokens)
-                 if isolated and names else None)
+    baselines = isolated_baselines(workload, contract, profile) if isolated and names else None
     runs: dict[str, dict] = {}
     for name in names:
         _say(progress, f"  {workload.name}: simulating {name} ({len(workload)} requests)")

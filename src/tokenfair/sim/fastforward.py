@@ -85,8 +85,9 @@ def fast_forward(sched: IterationScheduler, engine: RowFedEngine, recorder: Reco
     t = now
     first = True
     counts: Counts | None = None          # running requests per tenant / class, kept across segments
+    listed = sched.policy.reads_run_steps() or recorder.reads_steps     # else summed (module docstring)
     while sched.running and next_arrival > t:
-        t, steps, finished, counts = _segment(sched, engine, recorder, t, next_arrival, first, counts)
+        t, steps, finished, counts = _segment(sched, engine, recorder, t, next_arrival, first, listed, counts)
         first = first and not steps
         if not finished:
             break                         # stopped by the arrival or the KV pool
@@ -106,11 +107,12 @@ def _without(counts: Counts, gone: list[Request]) -> Counts:
 
 
 def _segment(sched: IterationScheduler, engine: RowFedEngine, recorder: Recorder, now: float,
-             next_arrival: float, first: bool,
+             next_arrival: float, first: bool, listed: bool,
              counts: Counts | None = None) -> tuple[float, int, bool, Counts | None]:
     """One segment: the steps up to the next finishing one (or fewer); (end time, steps
     applied, did it end with the finishing step?, the running requests per tenant / class
-    after it).  ``counts``: those of ``sched.running`` now (None: count them; the
+    after it).  ``listed``: the policy or the recorder reads the steps' times (else the
+    run is summed); ``counts``: those of ``sched.running`` now (None: count them; the
     policy and the recorder read them per name, in no particular order).
     O(n) in a few passes, plus O(n log k) when the pool is nearly full."""
     running = sched.running
@@ -130,7 +132,6 @@ def _segment(sched: IterationScheduler, engine: RowFedEngine, recorder: Recorder
         return now, 0, False, counts
     k_max = k_fin if n * (k_fin // pool.block_size + 1) <= pool.num_free else _kv_bound(running, pool, k_fin)
     policy = sched.policy
-    listed = policy.reads_run_steps() or recorder.reads_steps
     if listed:
         ends, durations = engine.cost.decode_run(ctx, n, now, next_arrival, k_max)   # none at/after the arrival
         k = len(ends)

@@ -91,12 +91,12 @@ def run_summary(workload: Workload, policy: str, contract: Contract, profile: Pr
                 wall_s: float, isolated: bool, max_isolated_tenants: int,
                 baselines: Baselines | None = None) -> dict[str, Any]:
     """summary.json for a run's records and timeline: metrics, isolated baselines when asked
-    (``sched``: the run's scheduler -- its KV pool, its predictor's report; ``baselines``:
-    the isolated baselines already computed, else computed here)."""
+    (``sched``: the run's scheduler -- its predictor's report; ``baselines``: the isolated
+    baselines already computed, else computed here)."""
     iso_req = iso_ten = None
     if isolated:
         iso_req, iso_ten = baselines if baselines is not None else isolated_baselines(
-            workload, contract, profile, max_isolated_tenants, sched.pool.num_blocks * sched.pool.block_size)
+            workload, contract, profile, max_isolated_tenants)
     summary = summarize(records, timeline, contract, iso_req, iso_ten)
     summary.update({"policy": policy, "profile": profile.name, "workload": workload.name,
                     **contract.identity(), "sim_wall_s": wall_s,
@@ -110,12 +110,13 @@ def reference_chunk(contract: Contract) -> int:
 
 
 def isolated_baselines(workload: Workload, contract: Contract, profile: Profile,
-                       max_isolated_tenants: int = 32, capacity_tokens: int | None = None) -> Baselines:
+                       max_isolated_tenants: int = 32) -> Baselines:
     """(each request's e2e alone on an empty engine, each tenant's metrics with its traffic
     alone: the ``max_isolated_tenants`` smallest tenants, when there are two or more), both
-    on ``REFERENCE_POLICY`` (module docstring).  ``capacity_tokens``: the run's KV pool in
-    tokens (prompts that never fit get no baseline)."""
-    iso_req = isolated_e2e(workload.rows, contract, profile, reference_chunk(contract), capacity_tokens)
+    on ``REFERENCE_POLICY`` (module docstring).  A prompt that never fits the profile's KV
+    pool (every run's: ``IterationScheduler``) gets no baseline."""
+    pool_tokens = profile.num_blocks * profile.block_size
+    iso_req = isolated_e2e(workload.rows, contract, profile, reference_chunk(contract), pool_tokens)
     rows_of: dict[str, list[TraceRow]] = {}
     for r in workload.rows:
         rows_of.setdefault(r.tenant, []).append(r)
